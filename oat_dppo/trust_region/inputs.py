@@ -7,13 +7,13 @@ token when it falls outside the top-K).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 from torch import Tensor
 
-# Log-probabilities below this are treated as this value inside divergences, so that a zero
-# probability gives a large, finite divergence instead of inf/NaN (exp(-69.08) = 1e-30).
-LOG_EPS = -69.07755278982137
+from oat_dppo.trust_region.divergences import binary_kl, binary_tv
+
 # exp() of a float32 log-ratio overflows above ~88.7; the ratio is clamped to exp(80) ~ 5.5e34.
 MAX_LOG_RATIO = 80.0
 
@@ -57,12 +57,12 @@ class TrustRegionOutput:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass
 class PreparedBatch:
     """Float32, detached views of one batch, computed once and shared by masks and metrics.
 
-    Every tensor is [B, T] (top-K ones [B, T, S]); positions that are not `valid` hold 0 (or -inf
-    for top-K log-probs) so that no NaN can reach a mask or a metric.
+    Every [B, T] tensor holds 0 at positions that are not `valid`, so that no NaN can reach a mask or
+    a metric.
     """
 
     logp: Tensor  # [B, T] log pi, detached
@@ -73,14 +73,26 @@ class PreparedBatch:
     log_ratio: Tensor  # [B, T] log(pi / mu), clamped to <= MAX_LOG_RATIO (the IS ratio of eq. 23)
     anchor_log_ratio: Tensor  # [B, T] log(pi / anchor), the ratio the mask's sign tests use
     nonfinite: Tensor  # [B, T] bool: trained tokens excluded because an input was NaN/inf
+    # Top-K views are the caller's tensors, detached, not yet masked by `valid` (that happens chunk
+    # by chunk in the divergence, to avoid three input-sized copies).
     topk_anchor_logp: Tensor | None = None  # [B, T, S]
     topk_logp: Tensor | None = None  # [B, T, S]
     topk_valid: Tensor | None = None  # [B, T, S] bool
 
-    @property
+    @cached_property
     def ratio(self) -> Tensor:
         """[B, T] r_t = pi / mu."""
         return self.log_ratio.exp()
+
+    @cached_property
+    def binary_tv(self) -> Tensor:
+        """[B, T] eq. 13 against mu (shared by DPPO's mask and the metrics)."""
+        return binary_tv(self.behavior_logp, self.logp)
+
+    @cached_property
+    def binary_kl(self) -> Tensor:
+        """[B, T] eq. 14, KL(mu || pi), against mu."""
+        return binary_kl(self.behavior_logp, self.logp)
 
 
 def _check_2d(name: str, t: Tensor, shape: torch.Size) -> None:
@@ -186,12 +198,6 @@ def _prepare_topk(
     if tv.shape != tb.shape:
         raise ValueError(f"topk_valid must have the shape of topk_behavior_logp {tuple(tb.shape)}, got {tuple(tv.shape)}")
     tv = tv if tv.dtype == torch.bool else tv != 0
-    # -inf is a valid zero probability (a token the sampler could not pick); NaN and +inf are not.
-    # Tiny positive log-probs (engine rounding) are clamped to 0.
-    tb = tb.detach().float()
-    tl = tl.detach().float()
-    slot_ok = tv & valid[..., None] & (tb < float("inf")) & (tl < float("inf"))  # NaN compares False
-    neg_inf = torch.full((), float("-inf"), device=tb.device)
-    tb = torch.where(slot_ok, tb.clamp(max=0.0), neg_inf)
-    tl = torch.where(slot_ok, tl.clamp(max=0.0), neg_inf)
-    return tb, tl, slot_ok
+    # No copies here: the top-K divergence masks, clamps and upcasts chunk by chunk (see
+    # `divergences.topk_divergence`): NaN slots are dropped, log-probs clamped into [log 1e-30, 0].
+    return tb.detach(), tl.detach(), tv

@@ -11,7 +11,6 @@ import math
 import torch
 from torch import Tensor
 
-from oat_dppo.trust_region.divergences import binary_kl, binary_tv
 from oat_dppo.trust_region.inputs import PreparedBatch
 
 # Section 5.3: an update on a negative sample that lowers the token's probability by more than this.
@@ -38,7 +37,7 @@ def trust_region_metrics(
     adv = p.advantages
     mu = p.behavior_logp.exp()  # [B, T]
     pi = p.logp.exp()
-    ratio = p.log_ratio.exp()
+    ratio = p.ratio
     zero = torch.zeros((), device=valid.device)
 
     pos = valid & (adv > 0)
@@ -65,8 +64,8 @@ def trust_region_metrics(
     fsums = torch.stack(
         [
             torch.where(valid, diff, zero).sum(),
-            torch.where(valid, binary_tv(p.behavior_logp, p.logp), zero).sum(),
-            torch.where(valid, binary_kl(p.behavior_logp, p.logp), zero).sum(),
+            torch.where(valid, p.binary_tv, zero).sum(),
+            torch.where(valid, p.binary_kl, zero).sum(),
             torch.where(valid, ratio, zero).sum(),
             (valid & (ratio > C)).sum().float(),
             torch.where(masked, mu, zero).sum(),

@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor
 
-from oat_dppo.trust_region.divergences import binary_kl, binary_tv, topk_kl, topk_tv
+from oat_dppo.trust_region.divergences import binary_kl, binary_tv, topk_divergence
 from oat_dppo.trust_region.inputs import PreparedBatch, TrustRegionInputs, TrustRegionOutput, prepare
 from oat_dppo.trust_region.metrics import trust_region_metrics
 
@@ -79,7 +79,7 @@ class MaskedPolicyGradient:
         with torch.no_grad():
             divergence = self.divergence(p)
             keep = p.valid & ~self.blocked(p, divergence)  # [B, T] M_t
-            weight_ratio = p.log_ratio.exp().clamp(max=self.C)  # [B, T] min(r, C)
+            weight_ratio = p.ratio.clamp(max=self.C)  # [B, T] min(r, C)
             weights = torch.where(keep, weight_ratio * p.advantages, torch.zeros((), device=keep.device))
         # loss = -w * exp(logp - sg(logp)): value -w (the surrogate), gradient -w d(logp) (eq. 23).
         # Non-kept positions use logp = 0 so a NaN there can reach neither value nor gradient.
@@ -179,7 +179,7 @@ class DPPO(MaskedPolicyGradient):
         self.delta = _non_negative("delta", delta)
 
     def divergence(self, p: PreparedBatch) -> Tensor:
-        return binary_tv(p.anchor_logp, p.logp)
+        return p.binary_tv if self.anchor == "behavior" else binary_tv(p.anchor_logp, p.logp)
 
     def blocked(self, p: PreparedBatch, divergence: Tensor | None) -> Tensor:
         away_up = (p.advantages > 0) & (p.anchor_log_ratio > 0)  # r > 1
@@ -205,7 +205,7 @@ class DPPOBinaryKL(DPPO):
         super().__init__(delta=delta, C=C, anchor=anchor)
 
     def divergence(self, p: PreparedBatch) -> Tensor:
-        return binary_kl(p.anchor_logp, p.logp)
+        return p.binary_kl if self.anchor == "behavior" else binary_kl(p.anchor_logp, p.logp)
 
 
 class DPPOTopK(DPPO):
@@ -233,7 +233,7 @@ class DPPOTopKTV(DPPOTopK):
         super().__init__(delta=delta, topk=topk, C=C, anchor=anchor)
 
     def divergence(self, p: PreparedBatch) -> Tensor:
-        return topk_tv(p.topk_anchor_logp, p.topk_logp, p.topk_valid)
+        return topk_divergence("tv", p.topk_anchor_logp, p.topk_logp, p.topk_valid)
 
 
 class DPPOTopKKL(DPPOTopK):
@@ -243,7 +243,7 @@ class DPPOTopKKL(DPPOTopK):
         super().__init__(delta=delta, topk=topk, C=C, anchor=anchor)
 
     def divergence(self, p: PreparedBatch) -> Tensor:
-        return topk_kl(p.topk_anchor_logp, p.topk_logp, p.topk_valid)
+        return topk_divergence("kl", p.topk_anchor_logp, p.topk_logp, p.topk_valid)
 
 
 class CISPO(MaskedPolicyGradient):

@@ -1,0 +1,147 @@
+"""Benchmark: forward + backward of every trust-region strategy on one large batch.
+
+    python -m oat_dppo.bench trust-region [--batch 64] [--seq 4096] [--topk 20] [--reps 10] [--threads 1]
+
+Time and memory are reported as ratios to `pg_is` measured in the same run (the machine is shared and
+noisy; only ratios compare). Time is the fastest of `reps` round-robin repetitions, the least
+disturbed by other load; one intra-op thread by default, because on a shared 2-core machine OpenMP
+threads that wait for a busy core stall every op by a scheduler slice (measured: median 30x the
+minimum with 2 threads). Memory: peak RSS above the inputs (each strategy in a fresh process) and the
+largest single tensor a strategy allocates, against the [B, T, K+1] top-K input.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from oat_dppo.bench.memory import AllocationTracker, peak_rss_delta
+from oat_dppo.trust_region import TrustRegionInputs, aggregate, available, make_trust_region
+
+TARGET_BINARY = 1.3
+TARGET_TOPK = 3.0
+
+
+@dataclass
+class Config:
+    batch: int = 64
+    seq: int = 4096
+    topk: int = 20
+    reps: int = 10
+    warmup: int = 3
+    threads: int = 1
+    seed: int = 0
+
+
+def make_inputs(cfg: Config, with_topk: bool) -> TrustRegionInputs:
+    """Synthetic but realistic: mu long-tailed, pi a perturbed mu, top-K slots sorted, sampled token
+    outside the top-K in about 10% of positions. Built in place to keep memory transients small."""
+    g = torch.Generator().manual_seed(cfg.seed)
+    B, T, S = cfg.batch, cfg.seq, cfg.topk + 1
+    behavior = torch.empty(B, T).exponential_(1.0, generator=g).neg_()  # log mu, mostly near 0..-3
+    logp = (behavior + torch.randn(B, T, generator=g) * 0.05).clamp_(max=0.0).requires_grad_()
+    adv = torch.randn(B, 1, generator=g)
+    mask = torch.rand(B, T, generator=g) > 0.1
+    inputs = TrustRegionInputs(logp=logp, behavior_logp=behavior, advantages=adv, mask=mask)
+    if with_topk:
+        tb = torch.empty(B, T, S).exponential_(0.5, generator=g).neg_()
+        tb, _ = tb.sort(-1, descending=True)
+        tb -= tb.logsumexp(-1, keepdim=True)
+        tb[..., 0] += -0.1  # leave some tail mass for the "other" bucket
+        tl = tb + torch.randn(B, T, S, generator=g) * 0.05
+        tl.clamp_(max=0.0)
+        valid = torch.ones(B, T, S, dtype=torch.bool)
+        valid[..., -1] = torch.rand(B, T, generator=g) < 0.1
+        inputs.topk_behavior_logp, inputs.topk_logp, inputs.topk_valid = tb, tl, valid
+    return inputs
+
+
+def step(tr, inputs: TrustRegionInputs) -> None:
+    inputs.logp.grad = None
+    out = tr(inputs)
+    aggregate(out.loss_terms, inputs.mask).backward()
+
+
+def build(name: str, cfg: Config):
+    return make_trust_region(name, topk=cfg.topk) if "topk" in name else make_trust_region(name)
+
+
+def _rss_child(name: str, cfg: Config, queue) -> None:
+    torch.set_num_threads(cfg.threads)
+    tr = build(name, cfg)
+    queue.put(peak_rss_delta(lambda: make_inputs(cfg, tr.needs_topk), lambda x: step(tr, x)))
+
+
+def measure_peak_rss(name: str, cfg: Config) -> int:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_rss_child, args=(name, cfg, queue))
+    proc.start()
+    value = queue.get(timeout=600)
+    proc.join()
+    return value
+
+
+def run(cfg: Config) -> list[dict]:
+    torch.set_num_threads(cfg.threads)
+    names = [n for n in available() if not n.startswith("_")][:9]
+    trs = {n: build(n, cfg) for n in names}
+    inputs = {n: make_inputs(cfg, trs[n].needs_topk) for n in names}
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for _ in range(cfg.warmup):
+        for n in names:
+            step(trs[n], inputs[n])
+    for _ in range(cfg.reps):  # round-robin, so drifts in machine load hit every strategy alike
+        for n in names:
+            t0 = time.perf_counter()
+            step(trs[n], inputs[n])
+            times[n].append(time.perf_counter() - t0)
+    rows = []
+    for n in names:
+        tracker = AllocationTracker()
+        with tracker:
+            step(trs[n], inputs[n])
+        rows.append(dict(name=n, time=min(times[n]), median=statistics.median(times[n]), largest=tracker.largest, allocated=tracker.total,
+                         peak=measure_peak_rss(n, cfg)))
+    base = next(r for r in rows if r["name"] == "pg_is")
+    topk_input = cfg.batch * cfg.seq * (cfg.topk + 1) * 4
+    for r in rows:
+        r["time_ratio"] = r["time"] / base["time"]
+        r["peak_ratio"] = r["peak"] / base["peak"] if r["peak"] is not None and base["peak"] else math.nan
+        r["target"] = TARGET_TOPK if "topk" in r["name"] else TARGET_BINARY
+        r["largest_vs_topk_input"] = r["largest"] / topk_input
+    return rows
+
+
+def format_table(rows: list[dict], cfg: Config) -> str:
+    mib = 1024 * 1024
+    lines = [
+        f"trust-region forward+backward, B x T = {cfg.batch} x {cfg.seq}, K = {cfg.topk}, "
+        f"best of {cfg.reps}, torch {torch.__version__}, {torch.get_num_threads()} thread(s)",
+        "",
+        "| strategy | time (ms) | median (ms) | time / pg_is | target | peak RSS (MiB) | peak / pg_is | largest tensor (MiB) | largest / [B,T,K+1] input |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ok = "ok" if r["time_ratio"] <= r["target"] else "MISSED"
+        lines.append(
+            f"| {r['name']} | {r['time'] * 1e3:.1f} | {r['median'] * 1e3:.1f} | {r['time_ratio']:.2f} | <= {r['target']} ({ok}) | "
+            f"{(r['peak'] or 0) / mib:.1f} | {r['peak_ratio']:.2f} | {r['largest'] / mib:.1f} | {r['largest_vs_topk_input']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m oat_dppo.bench trust-region", description=__doc__.split("\n\n")[0])
+    for f, v in vars(Config()).items():
+        p.add_argument(f"--{f}", type=int, default=v)
+    cfg = Config(**vars(p.parse_args(argv)))
+    print(format_table(run(cfg), cfg), flush=True)
+    return 0
