@@ -1,0 +1,64 @@
+"""Per-turn returns and advantages.
+
+Every turn of a multi-turn episode is one transition (as in Oat and GEM's examples), whose
+advantage is shared by all of its tokens.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Literal, Sequence
+
+import numpy as np
+
+from oat_dppo.agent.types import Episode
+
+AdvantageMode = Literal["batch_norm", "group", "group_norm"]
+ADVANTAGE_MODES: tuple[str, ...] = AdvantageMode.__args__  # type: ignore[attr-defined]
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
+    """G_t = r_t + gamma * G_{t+1}, per turn."""
+    out = [0.0] * len(rewards)
+    g = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        g = float(rewards[t]) + gamma * g
+        out[t] = g
+    return out
+
+
+def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_norm", gamma: float = 1.0,
+                      eps: float = 1e-6) -> None:
+    """Set `turn.ret` and `turn.advantage` on the trainable turns of `episodes` (in place).
+
+    batch_norm: (G_t - mean G) / std G over every turn of the batch (GEM's Oat examples).
+    group:      G_t - mean of the episode returns of the episodes that started from the same seed
+                (a GRPO baseline without std normalization, as the paper's eq. 23 runs use).
+    group_norm: the same, divided by the group's std of episode returns (GRPO proper).
+    Episodes with an env error carry no turns to train and are ignored.
+    """
+    if mode not in ADVANTAGE_MODES:
+        raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}")
+    live = [e for e in episodes if e.error is None and e.turns]
+    for e in live:
+        for t, g in zip(e.turns, discounted_returns([t.reward for t in e.turns], gamma)):
+            t.ret = g
+    if mode == "batch_norm":
+        rets = np.array([t.ret for e in live for t in e.turns], dtype=np.float64)
+        if rets.size == 0:
+            return
+        mean, std = rets.mean(), rets.std()
+        for e in live:
+            for t in e.turns:
+                t.advantage = float((t.ret - mean) / (std + eps))
+        return
+    groups: dict[int, list[Episode]] = defaultdict(list)
+    for e in live:
+        groups[e.seed].append(e)
+    for members in groups.values():
+        returns = np.array([m.turns[0].ret for m in members], dtype=np.float64)  # G_0: episode returns
+        baseline = returns.mean()
+        scale = returns.std() + eps if mode == "group_norm" else 1.0
+        for m in members:
+            for t in m.turns:
+                t.advantage = float((t.ret - baseline) / scale)

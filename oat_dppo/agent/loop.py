@@ -1,0 +1,154 @@
+"""The agent loop: plays a batch of episodes, one batched `generate` per turn over all live episodes.
+
+Engine-agnostic: it needs `engine.generate(prompt_ids, max_new_tokens, topk, seed=...)` returning
+`Generation`s (HF here, vLLM in the Oat actor) and text environments with the `TextEnv` contract.
+It owns prompt rendering, tokenization, action text, multi-turn bookkeeping and the capture of mu.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from oat_dppo.agent.types import Episode, Turn
+from oat_dppo.engine.base import Engine, Generation, PromptTooLongError
+from oat_dppo.envs import EnvError, render_prompt
+
+
+@dataclass
+class RolloutStats:
+    """Counts of what went wrong (or was cut) while playing, for the run's metrics."""
+
+    env_errors: int = 0
+    context_truncations: int = 0  # episodes ended because the next prompt no longer fit the context
+    generate_calls: int = 0
+    generate_seconds: float = 0.0
+    env_seconds: float = 0.0
+    error_messages: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PromptFormat:
+    """How an observation becomes model input ids."""
+
+    tokenizer: Any
+    template: str
+    system: str | None = None
+    response_prefix: str = ""  # pre-filled start of every response: in the prompt, not trained
+
+    def encode(self, obs: str) -> tuple[str, list[int]]:
+        text = render_prompt(self.template, obs, self.tokenizer, self.system) + self.response_prefix
+        # Templates write their own special tokens (BOS, chat markup) as text.
+        return text, list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The action text the environment sees: the pre-filled prefix plus the sampled tokens."""
+        return self.response_prefix + self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def play_episodes(
+    engine: Engine,
+    envs: Sequence[Any],
+    seeds: Sequence[int],
+    prompt: PromptFormat,
+    *,
+    max_new_tokens: int,
+    topk: int = 0,
+    generation_seed: int | None = None,
+    clock: Callable[[], float] | None = None,
+) -> tuple[list[Episode], RolloutStats]:
+    """Play episode i on `envs[i]` from start seed `seeds[i]` until every episode has ended.
+
+    An env that raises loses that episode only (counted in `env_errors`, not trained on). A prompt
+    that outgrows the model's context ends its episode (counted in `context_truncations`); the turns
+    played before it stay trainable.
+    """
+    import time
+
+    clock = clock or time.perf_counter
+    if len(envs) != len(seeds):
+        raise ValueError(f"one seed per env: got {len(envs)} envs and {len(seeds)} seeds")
+    stats = RolloutStats()
+    episodes = [Episode(env_index=i, seed=int(s)) for i, s in enumerate(seeds)]
+    observations: dict[int, str] = {}
+    t0 = clock()
+    for i, (env, ep) in enumerate(zip(envs, episodes)):
+        try:
+            observations[i], _ = env.reset(seed=ep.seed)
+        except EnvError as e:
+            _fail(ep, stats, e)
+    stats.env_seconds += clock() - t0
+
+    turn_index = 0
+    while True:
+        live = [i for i, ep in enumerate(episodes) if not ep.finished]
+        if not live:
+            break
+        encoded = {i: prompt.encode(observations[i]) for i in live}
+        gens = _generate(engine, live, encoded, episodes, stats, max_new_tokens, topk,
+                         None if generation_seed is None else generation_seed * 1000 + turn_index, clock)
+        t0 = clock()
+        for i, gen in gens.items():
+            ep = episodes[i]
+            text = prompt.decode(gen.response_ids)
+            try:
+                obs, reward, terminated, truncated, info = envs[i].step(text)
+            except EnvError as e:
+                _fail(ep, stats, e)
+                continue
+            observations[i] = obs
+            ep.turns.append(
+                Turn(
+                    prompt_ids=encoded[i][1],
+                    response_ids=list(gen.response_ids),
+                    behavior_logprobs=np.asarray(gen.logprobs, dtype=np.float32),
+                    reward=float(reward),
+                    done=bool(terminated or truncated),
+                    truncated=bool(truncated),
+                    well_formed=bool(info.get("well_formed", True)),
+                    finish_reason=gen.finish_reason,
+                    topk_ids=gen.topk_ids,
+                    topk_logprobs=gen.topk_logprobs,
+                    prompt_text=encoded[i][0],
+                    response_text=text,
+                )
+            )
+            if "success" in info:
+                ep.info["success"] = bool(info["success"])
+        stats.env_seconds += clock() - t0
+        turn_index += 1
+    return episodes, stats
+
+
+def _generate(engine, live, encoded, episodes, stats, max_new_tokens, topk, seed, clock) -> dict[int, Generation]:
+    """One batched generate over `live`; prompts that do not fit end their episodes and the rest
+    are generated again."""
+    todo = list(live)
+    while todo:
+        t0 = clock()
+        try:
+            gens = engine.generate([encoded[i][1] for i in todo], max_new_tokens, topk, seed=seed)
+        except PromptTooLongError as e:
+            for j in e.indices:
+                ep = episodes[todo[j]]
+                ep.truncated_by_context = True
+                if ep.turns:
+                    ep.turns[-1].done = True
+                    ep.turns[-1].truncated = True
+                stats.context_truncations += 1
+            todo = [i for j, i in enumerate(todo) if j not in set(e.indices)]
+            continue
+        finally:
+            stats.generate_seconds += clock() - t0
+        stats.generate_calls += 1
+        return dict(zip(todo, gens))
+    return {}
+
+
+def _fail(ep: Episode, stats: RolloutStats, e: Exception) -> None:
+    ep.error = f"{type(e).__name__}: {e}"
+    stats.env_errors += 1
+    if len(stats.error_messages) < 5:
+        stats.error_messages.append(ep.error)

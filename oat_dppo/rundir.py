@@ -1,0 +1,138 @@
+"""A run directory: what a run leaves behind to inspect, plot and resume.
+
+    RUN_DIR/config.json        the resolved configuration
+    RUN_DIR/metrics.jsonl      one line per iteration (NaN written as null)
+    RUN_DIR/episodes.jsonl     sample episodes (prompts, responses, rewards)
+    RUN_DIR/events/            TensorBoard events (with --log tensorboard)
+    RUN_DIR/checkpoint/        latest checkpoint; checkpoint.prev/ the one before (written atomically)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be used (unwritable, missing, or its checkpoint is unreadable)."""
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunDir:
+    def __init__(self, path: str | os.PathLike, *, create: bool = True):
+        self.path = Path(path).expanduser()
+        if create:
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+                probe = self.path / ".write_test"
+                probe.write_text("ok")
+                probe.unlink()
+            except OSError as e:
+                raise RunDirError(f"cannot write to run directory {self.path}: {e.strerror or e}") from e
+        elif not self.path.is_dir():
+            raise RunDirError(f"run directory {self.path} does not exist")
+
+    # -- files -------------------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def episodes_path(self) -> Path:
+        return self.path / "episodes.jsonl"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / "checkpoint"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events"
+
+    def write_config(self, config: dict) -> None:
+        atomic_write_text(self.config_path, json.dumps(_clean(config), indent=2, sort_keys=True) + "\n")
+
+    def read_config(self) -> dict:
+        try:
+            return json.loads(self.config_path.read_text())
+        except FileNotFoundError:
+            raise RunDirError(f"{self.path} has no config.json: it is not a run directory") from None
+        except json.JSONDecodeError as e:
+            raise RunDirError(f"{self.config_path} is not valid JSON ({e})") from e
+
+    def append_jsonl(self, path: Path, rows: Iterable[dict]) -> None:
+        with open(path, "a") as f:
+            for row in rows:
+                f.write(json.dumps(_clean(row)) + "\n")
+            f.flush()
+
+    def log_metrics(self, row: dict) -> None:
+        self.append_jsonl(self.metrics_path, [row])
+
+    def read_metrics(self) -> list[dict]:
+        """Metric rows, skipping a line truncated by a killed process."""
+        if not self.metrics_path.exists():
+            return []
+        rows = []
+        for line in self.metrics_path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return rows
+
+    def truncate_metrics(self, last_iteration: int) -> None:
+        """Drop metric lines after `last_iteration` (written after the checkpoint a resume starts
+        from), so the file reads as one uninterrupted run."""
+        for path in (self.metrics_path, self.episodes_path):
+            if not path.exists():
+                continue
+            kept = []
+            for line in path.read_text().splitlines():
+                try:
+                    if json.loads(line).get("iteration", -1) <= last_iteration:
+                        kept.append(line)
+                except json.JSONDecodeError:
+                    continue
+            atomic_write_text(path, "".join(k + "\n" for k in kept))
+
+
+def replace_dir_atomically(tmp: Path, target: Path) -> None:
+    """Move the fully written `tmp` into place as `target`, keeping the old one as `<target>.prev`."""
+    prev = target.with_name(target.name + ".prev")
+    if target.exists():
+        if prev.exists():
+            shutil.rmtree(prev)
+        os.replace(target, prev)
+    os.replace(tmp, target)
