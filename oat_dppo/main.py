@@ -78,7 +78,7 @@ def default_run_dir(cfg: TrainConfig) -> str:
 
 
 def run(cfg: TrainConfig) -> int:
-    from oat_dppo.rundir import RunDir
+    from oat_dppo.rundir import RunDir, RunDirError
 
     validate(cfg)
     backend = choose_backend(cfg)
@@ -98,6 +98,11 @@ def run(cfg: TrainConfig) -> int:
         cfg.run_dir = str(run_dir.path)
         run_dir.write_config(to_dict(cfg))
     if resume:
+        if not any((run_dir.path / d / "state.pt").exists() for d in ("checkpoint", "checkpoint.prev")):
+            raise RunDirError(
+                f"cannot resume from {run_dir.path}: it has no checkpoint yet. Start a new run, "
+                "or point --resume at a run that saved one."
+            )
         saved = run_dir.read_config()
         saved["iterations"] = cfg.iterations  # the one option a resume may change (train longer)
         run_dir.write_config(saved)

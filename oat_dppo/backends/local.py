@@ -153,11 +153,12 @@ class LocalTrainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = resolve_device(cfg.device)
+        # Cheapest checks first: a bad strategy or env id fails before the model loads.
         self.trust_region = build_trust_region(cfg)
-        self.model, self.tokenizer = build_policy(cfg, self.device)
-        self.template = resolve_template(cfg, self.model)
         self.envs = build_envs(cfg, cfg.episodes_per_iteration, for_eval=False)
         self.eval_envs = build_envs(cfg, cfg.eval_episodes, for_eval=True) if cfg.eval_every and cfg.eval_episodes else []
+        self.model, self.tokenizer = build_policy(cfg, self.device)
+        self.template = resolve_template(cfg, self.model)
         preset = self.envs[0].preset
         self.gamma = cfg.gamma if cfg.gamma is not None else preset.gamma
         self.max_new_tokens = cfg.max_new_tokens or min(preset.max_new_tokens, LOCAL_MAX_NEW_TOKENS)

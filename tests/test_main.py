@@ -1,0 +1,198 @@
+"""The main job end to end on real GEM environments with a tiny model: runs, run dirs, resume,
+interruption, learning, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from oat_dppo.main import main
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--model", "tiny-qwen3", "--max-new-tokens", "8", "--threads", "1", "--no-progress", "--log", "none"]
+
+
+def run_main(tmp_path: Path, *args: str, name: str = "run") -> tuple[int, Path]:
+    run_dir = tmp_path / name
+    code = main([*TINY, "--run-dir", str(run_dir), *args])
+    return code, run_dir
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    "env, extra",
+    [
+        ("game:Sudoku-v0-easy", ["--max-turns", "3"]),
+        ("rg:arc_1d", []),
+        ("rg:acre", []),
+        ("math:procedural", []),
+    ],
+)
+def test_trains_end_to_end_on_gem_envs(tmp_path, env, extra):
+    code, run_dir = run_main(tmp_path, "--env", env, "--iterations", "2", "--episodes-per-iteration", "2",
+                             "--eval-every", "2", "--eval-episodes", "2", *extra)
+    assert code == 0
+    rows = metrics(run_dir)
+    assert [r["iteration"] for r in rows] == [0, 1]
+    for key in ("rollout/reward_mean", "rollout/success_rate", "rollout/turns_mean", "train/kept_frac",
+                "train/prob_diff_mean", "train/entropy", "time/generate_s", "time/train_s", "perf/generated_tokens_per_s"):
+        assert key in rows[0], key
+    assert "eval/reward_mean" in rows[1] and "eval/reward_mean" not in rows[0]
+    # On the first mini-batch pi = mu up to float error: the engine's mu is the learner's pi.
+    assert rows[0]["train/prob_diff_max"] < 1e-4
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["env"] == env and config["trust_region"] == "dppo_binary_tv"
+    assert (run_dir / "checkpoint" / "state.pt").exists()
+    episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    assert episodes and episodes[0]["turns"][0]["prompt"]
+
+
+def test_offline_math_file(tmp_path):
+    data = tmp_path / "math.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n" for i in range(20)))
+    code, run_dir = run_main(tmp_path, "--env", "math", "--math-data", str(data), "--iterations", "1",
+                             "--episodes-per-iteration", "2", "--eval-every", "0")
+    assert code == 0 and len(metrics(run_dir)) == 1
+
+
+def test_multi_turn_sudoku_plays_every_turn(tmp_path):
+    # A pre-filled well-formed move keeps a random model in the game: every episode runs to max_turns,
+    # and the observation grows turn by turn (history + the board).
+    code, run_dir = run_main(tmp_path, "--env", "game:Sudoku-v0-easy", "--response-prefix", "\\boxed{1 1 1} ",
+                             "--max-turns", "3", "--iterations", "1", "--episodes-per-iteration", "2", "--eval-every", "0")
+    assert code == 0
+    assert metrics(run_dir)[0]["rollout/turns_mean"] == 3
+    ep = json.loads((run_dir / "episodes.jsonl").read_text().splitlines()[0])
+    prompts = [t["prompt"] for t in ep["turns"]]
+    assert len(prompts) == 3 and len(prompts[0]) < len(prompts[1]) < len(prompts[2])
+    assert "Here is the current board layout" in prompts[2]
+    assert all(t["well_formed"] for t in ep["turns"])
+
+
+def test_reward_rises_on_a_small_task(tmp_path):
+    code, run_dir = run_main(tmp_path, "--env", "helpers.toy_envs:DigitsEnv", "--iterations", "10",
+                             "--episodes-per-iteration", "16", "--learning-rate", "3e-3", "--mini-batch-size", "8",
+                             "--micro-batch-size", "8", "--eval-every", "0", "--template", "none")
+    assert code == 0
+    rewards = [r["rollout/reward_mean"] for r in metrics(run_dir)]
+    assert rewards[0] < 0.2
+    assert sum(rewards[-2:]) / 2 > rewards[0] + 0.2, rewards
+
+
+def _comparable(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith(("time/", "perf/")) and k != "wall_time"}
+
+
+def test_resumed_run_equals_uninterrupted_run(tmp_path):
+    common = ["--env", "rg:arc_1d", "--episodes-per-iteration", "4", "--mini-batch-size", "2", "--micro-batch-size", "2",
+              "--learning-rate", "1e-3", "--eval-every", "2", "--eval-episodes", "2", "--save-every", "1"]
+    code, full = run_main(tmp_path, *common, "--iterations", "4", name="full")
+    assert code == 0
+    code, part = run_main(tmp_path, *common, "--iterations", "2", name="part")
+    assert code == 0
+    assert main(["--resume", str(part), "--iterations", "4"]) == 0
+    a, b = metrics(full), metrics(part)
+    assert [r["iteration"] for r in b] == [0, 1, 2, 3]
+    assert [_comparable(r) for r in a] == [_comparable(r) for r in b]
+
+
+def test_env_errors_lose_only_their_episodes(tmp_path):
+    code, run_dir = run_main(tmp_path, "--env", "helpers.toy_envs:FlakyEnv", "--iterations", "1",
+                             "--episodes-per-iteration", "8", "--eval-every", "0", "--template", "none")
+    assert code == 0
+    row = metrics(run_dir)[0]
+    assert row["rollout/env_errors"] > 0
+    assert row["rollout/episodes"] == 8 - row["rollout/env_errors"]
+
+
+# ---- bad input, in a subprocess: exit status and message ----------------------------------------
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "tests")}
+    return subprocess.run([sys.executable, "-m", "oat_dppo.main", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env)
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--env", "game:Sudok-v0-easy"], ["game:Sudoku-v0-easy", "python -m oat_dppo.envs --list"]),
+        (["--trust-region", "dppo_binary_tvv"], ["Did you mean 'dppo_binary_tv'"]),
+        (["--temperature", "0.7"], ["temperature 1"]),
+        (["--trust-region", "ppo_clip", "--delta", "0.2"], ["does not take 'delta'"]),
+        (["--delta", "-1"], ["delta must be >= 0"]),
+        (["--backend", "oat"], ["--backend oat needs", "docs/gpu.md"]),
+        (["--env", "math"], ["--math-data"]),
+        (["--model", "no-such-org/no-such-model"], ["no-such-org/no-such-model"]),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(tmp_path, args, needles):
+    p = cli(*TINY, "--run-dir", str(tmp_path / "r"), *args)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
+    for n in needles:
+        assert n in p.stderr, (n, p.stderr[-1500:])
+
+
+def test_unwritable_run_dir(tmp_path):
+    # A path below a regular file cannot be created, even by root.
+    (tmp_path / "file").write_text("x")
+    p = cli(*TINY, "--run-dir", str(tmp_path / "file" / "run"), "--env", "rg:arc_1d")
+    assert p.returncode == 2 and "cannot write to run directory" in p.stderr
+
+
+def test_resume_without_checkpoint_or_config(tmp_path):
+    p = cli("--resume", str(tmp_path / "nothing"))
+    assert p.returncode == 2 and "does not exist" in p.stderr
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"env": "rg:arc_1d", "model": "tiny-qwen3", "log": "none"}))
+    p = cli("--resume", str(run))
+    assert p.returncode == 2 and "has no checkpoint yet" in p.stderr
+
+
+def test_corrupt_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    code, run_dir = run_main(tmp_path, "--env", "rg:arc_1d", "--iterations", "2", "--episodes-per-iteration", "2",
+                             "--eval-every", "0")
+    assert code == 0
+    (run_dir / "checkpoint" / "state.pt").write_bytes(b"not a checkpoint")
+    assert main(["--resume", str(run_dir), "--iterations", "3"]) == 0
+    assert [r["iteration"] for r in metrics(run_dir)] == [0, 1, 2]  # iteration 1 was redone from iteration 0's state
+
+
+def test_existing_run_dir_is_not_overwritten(tmp_path):
+    code, run_dir = run_main(tmp_path, "--env", "rg:arc_1d", "--iterations", "1", "--episodes-per-iteration", "2",
+                             "--eval-every", "0")
+    assert code == 0
+    p = cli(*TINY, "--run-dir", str(run_dir), "--env", "rg:arc_1d")
+    assert p.returncode == 2 and "--resume" in p.stderr
+
+
+def test_sigint_saves_and_the_run_resumes(tmp_path):
+    run_dir = tmp_path / "r"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "tests")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oat_dppo.main", *TINY, "--run-dir", str(run_dir), "--env", "rg:arc_1d",
+         "--iterations", "50", "--episodes-per-iteration", "2", "--eval-every", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    metrics_file = run_dir / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics_file.exists() and metrics_file.read_text().count("\n") >= 1):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "resume with: python -m oat_dppo.main --resume" in err
+    done = len(metrics(run_dir))
+    assert done >= 1 and (run_dir / "checkpoint" / "state.pt").exists()
+    assert main(["--resume", str(run_dir), "--iterations", str(done + 1)]) == 0
+    assert [r["iteration"] for r in metrics(run_dir)] == list(range(done + 1))
