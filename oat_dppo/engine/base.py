@@ -1,0 +1,48 @@
+"""Engine-agnostic generation types: what every engine (HF here, vLLM in the Oat backend) returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+__all__ = ["Generation", "Engine", "PromptTooLongError"]
+
+
+@dataclass
+class Generation:
+    """One sampled response and the behavior policy mu that produced it."""
+
+    response_ids: list[int]  # sampled tokens, EOS included when the model emitted it
+    logprobs: np.ndarray  # [L] float32, log mu(a_t | s_t) of the distribution sampled from
+    topk_ids: np.ndarray | None  # [L, K+1] int64: mu's top-K ids (descending) + the sampled id in
+    #   slot K when it is outside the top-K, else -1
+    topk_logprobs: np.ndarray | None  # [L, K+1] float32: log mu on those ids, -inf on unused slots
+    finish_reason: str  # "stop" (EOS) or "length"
+
+
+class Engine(Protocol):
+    def generate(
+        self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *, seed: int | None = None
+    ) -> list[Generation]: ...
+
+
+class PromptTooLongError(ValueError):
+    """Some prompts leave no room for even one new token within the model's context.
+
+    Raised before any generation work. `indices` are positions in the `prompt_ids` batch, so a
+    caller can end (truncate) those episodes and call `generate` again with the others.
+    """
+
+    def __init__(self, indices: Sequence[int], lengths: Sequence[int], max_context: int):
+        self.indices = list(indices)
+        self.lengths = list(lengths)
+        self.max_context = max_context
+        shown = ", ".join(f"#{i}: {n} tokens" for i, n in zip(self.indices[:5], self.lengths[:5]))
+        more = f" and {len(self.indices) - 5} more" if len(self.indices) > 5 else ""
+        super().__init__(
+            f"{len(self.indices)} prompt(s) do not fit the model's context of {max_context} tokens "
+            f"(a prompt needs at most {max_context - 1} tokens to generate one): {shown}{more}. "
+            "Shorten the prompt (fewer turns of history, a compact observation) or end those episodes."
+        )

@@ -1,0 +1,63 @@
+"""`python -m oat_dppo.envs --list`: the environment ids `make_env` accepts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from dataclasses import fields
+
+_FAMILY_ORDER = ("game", "rg", "math", "eval", "code", "qa", "logic")
+
+
+def _print_ids() -> None:
+    from oat_dppo.envs.presets import FIRST_CLASS_ENV_IDS, HUB_FAMILIES, family_of, known_env_ids
+
+    groups: dict[str, list[str]] = defaultdict(list)
+    for env_id in known_env_ids():
+        groups[family_of(env_id)].append(env_id)
+    print("Environment ids for `--env` / make_env (* = first-class: preset, tested offline)")
+    for family in sorted(groups, key=lambda f: (_FAMILY_ORDER + (f,)).index(f)):
+        ids = sorted(groups[family], key=lambda i: (i not in FIRST_CLASS_ENV_IDS, i))
+        if family in ("math", "eval"):
+            note = "  (unmarked ids download an HF hub dataset; math ones run offline with --math-data FILE)"
+        else:
+            note = "  (downloads an HF hub dataset)" if family in HUB_FAMILIES else ""
+        print(f"\n{family} ({len(ids)}){note}")
+        for env_id in ids:
+            print(f"  {'*' if env_id in FIRST_CLASS_ENV_IDS else ' '} {env_id}")
+    print("\nYour own gymnasium-style text env: --env package.module:ClassOrFactory")
+
+
+def _print_preset(env_id: str) -> None:
+    from oat_dppo.envs.presets import get_preset
+
+    preset = get_preset(env_id)
+    for f in fields(preset):
+        value = getattr(preset, f.name)
+        print(f"{f.name:18} {dict(value) if f.name == 'env_kwargs' else value!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m oat_dppo.envs",
+        description="Text environments of oat_dppo: list the ids, show an id's preset.",
+    )
+    parser.add_argument("--list", action="store_true", help="print every known environment id, by family")
+    parser.add_argument("--show", metavar="ENV_ID", help="print the preset (defaults) of ENV_ID")
+    args = parser.parse_args(argv)
+    if args.list:
+        _print_ids()
+    if args.show:
+        _print_preset(args.show)
+    if not (args.list or args.show):
+        parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `--list | head`: the reader left; not an error
+        sys.stderr.close()
+        sys.exit(0)

@@ -1,0 +1,230 @@
+"""`TextEnv`: one gymnasium-style text environment, as the agent loop sees it."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from typing import Any
+
+from oat_dppo.envs.actions import is_well_formed
+from oat_dppo.envs.errors import EnvResetError, EnvStepError
+from oat_dppo.envs.presets import EnvPreset
+from oat_dppo.envs.seeding import PrivateGlobalRNG, draw_episode_seed, episode_seed_stream
+
+HISTORY_MODES = ("concat", "concat_with_action", "last")
+
+
+def _with_newline(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+def _release(inner: Any) -> None:
+    # GEM 0.1.0's MathEnv.close() assumes a process pool even when use_mp=False.
+    if getattr(inner, "use_mp", None) is False and not hasattr(inner, "mp_pool"):
+        return
+    close = getattr(inner, "close", None)
+    if callable(close):
+        close()
+    pool = getattr(inner, "mp_pool", None)
+    if pool is not None:
+        pool.terminate()  # close() alone leaves the grader process to the garbage collector
+
+
+class TextEnv:
+    """A text environment: `reset(seed=None) -> (obs, info)`, `step(action) -> (obs, reward,
+    terminated, truncated, info)`, `close()`.
+
+    * `obs` is the complete text the policy sees this turn: the instruction prefix, the episode's
+      observations concatenated (GEM's `concat` wrapper; `history="last"` keeps only the newest),
+      GEM's `info["prefix"]`/`info["suffix"]` (Sudoku's board) and the instruction suffix.
+    * `info` keeps the env's own keys. The adapter adds `turn`, on reset `episode_seed` (the seed
+      the episode started from), and on each step `well_formed` (the response holds an answer in
+      the expected format) and `env_reward` (the reward before the adapter's `format_penalty`,
+      which is added when the response is not well formed).
+    * `truncated` is set by the adapter after `max_turns` steps if the env has not ended the episode.
+    * Seeding: every reset passes an explicit seed to the wrapped env. `reset()` draws it from a
+      generator seeded by the instance seed, so an instance replays the same episodes;
+      `reset(seed=k)` starts the same episode in every instance of the same id and options (group
+      baselines rely on this) and reseeds that generator. Envs that use the global `random` /
+      `np.random` (GEM's games) get a private copy of that state (see `seeding.py`), so they are
+      reproducible and leave the caller's global generators alone.
+    * Errors: if the wrapped env raises in `step` (or breaks the return contract) the adapter
+      raises `EnvStepError` (`EnvResetError` for `reset`), chained to the cause. The episode is
+      then over: the caller drops it (counting `env_errors`) and calls `reset()` again.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        *,
+        env_id: str,
+        seed: int,
+        preset: EnvPreset,
+        max_turns: int,
+        format_penalty: float = 0.0,
+        history: str = "concat",
+        obs_prefix: str = "",
+        obs_suffix: str = "",
+        action_format: str = "boxed",
+        action_pattern: str | None = None,
+        isolate_step_rng: bool = False,
+        global_rng: PrivateGlobalRNG | None = None,
+    ):
+        if history not in HISTORY_MODES:
+            raise ValueError(f"history must be one of {HISTORY_MODES}, got {history!r}")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.env_id = env_id
+        self.seed = seed
+        self.preset = preset
+        self.max_turns = max_turns
+        self.format_penalty = float(format_penalty)
+        self.history = history
+        self.obs_prefix = obs_prefix
+        self.obs_suffix = obs_suffix
+        self.action_format = action_format
+        self.action_pattern = action_pattern
+        self._inner = inner
+        self._isolate_step_rng = isolate_step_rng
+        self._global_rng = global_rng or PrivateGlobalRNG(seed)
+        self._episode_seeds = episode_seed_stream(seed)
+        self._turn = 0
+        self._done = True
+        self._closed = False
+        self._observations: list[str] = []
+        self._actions: list[str] = []
+        self._lock = threading.Lock()  # one episode at a time per instance
+        # Also release on garbage collection / interpreter exit: an unclosed GEM math env's pool
+        # otherwise prints "Exception ignored in Pool.__del__" at exit.
+        self._finalizer = weakref.finalize(self, _release, inner)
+
+    # -- public API ---------------------------------------------------------------------------
+    @property
+    def unwrapped(self) -> Any:
+        """The wrapped environment (a GEM env, or the user's object)."""
+        return self._inner
+
+    @property
+    def turn(self) -> int:
+        """Steps taken in the current episode."""
+        return self._turn
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        if self._closed:
+            raise RuntimeError(f"{self.env_id}: reset() after close()")
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+                raise ValueError(f"reset seed must be a non-negative int, got {seed!r}")
+            self._episode_seeds = episode_seed_stream(seed)
+            episode_seed = seed
+        else:
+            episode_seed = draw_episode_seed(self._episode_seeds)
+        with self._lock:
+            try:
+                with self._global_rng.active():
+                    result = self._inner.reset(seed=episode_seed)
+            except Exception as e:
+                self._done = True
+                raise EnvResetError(
+                    f"{self.env_id}: reset(seed={episode_seed}) raised {type(e).__name__}: {e}",
+                    env_id=self.env_id, turn=0,
+                ) from e
+            obs, info = self._unpack_reset(result, episode_seed)
+            self._turn = 0
+            self._done = False
+            self._observations = [obs]
+            self._actions = []
+            info = dict(info)
+            info.update(turn=0, episode_seed=episode_seed)
+            return self._compose(info), info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not isinstance(action, str):
+            raise TypeError(f"action must be str, got {type(action).__name__}")
+        with self._lock:
+            if self._done:
+                raise RuntimeError(f"{self.env_id}: step() outside an episode; call reset() first")
+            well_formed = is_well_formed(action, self.action_format, self.action_pattern)
+            try:
+                with self._global_rng.active() if self._isolate_step_rng else contextlib.nullcontext():
+                    result = self._inner.step(action)
+                obs, env_reward, terminated, truncated, info = self._unpack_step(result)
+            except Exception as e:
+                self._done = True
+                raise EnvStepError(self._step_error_message(e), env_id=self.env_id,
+                                   turn=self._turn + 1) from e
+            self._turn += 1
+            self._observations.append(obs)
+            self._actions.append(action)
+            if not (terminated or truncated) and self._turn >= self.max_turns:
+                truncated = True
+            self._done = terminated or truncated
+            reward = env_reward + (0.0 if well_formed else self.format_penalty)
+            info = dict(info)
+            info.update(well_formed=well_formed, turn=self._turn, env_reward=env_reward)
+            return self._compose(info), reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """Release the env's resources (GEM's math grader pool). Safe to call twice."""
+        self._closed = True
+        self._done = True
+        self._finalizer()
+
+    def __enter__(self) -> "TextEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"TextEnv({self.env_id!r}, seed={self.seed}, max_turns={self.max_turns})"
+
+    # -- internals ----------------------------------------------------------------------------
+    def _compose(self, info: dict[str, Any]) -> str:
+        if self.history == "last":
+            body = _with_newline(self._observations[-1])
+        elif self.history == "concat":
+            body = "".join(_with_newline(o) for o in self._observations)
+        else:  # concat_with_action: obs, action, obs, action, ..., obs
+            parts = []
+            for o, a in zip(self._observations, self._actions):
+                parts += [_with_newline(o), _with_newline(a)]
+            body = "".join(parts) + _with_newline(self._observations[-1])
+        body = f"{info.get('prefix', '')}{body}{info.get('suffix', '')}"
+        return f"{self.obs_prefix}{body}{self.obs_suffix}"
+
+    def _unpack_reset(self, result: Any, episode_seed: int) -> tuple[str, dict[str, Any]]:
+        # gymnasium returns (obs, info); a bare observation is accepted too.
+        obs, info = result if isinstance(result, tuple) and len(result) == 2 else (result, {})
+        if not isinstance(obs, str) or not isinstance(info, dict):
+            self._done = True
+            raise EnvResetError(
+                f"{self.env_id}: reset(seed={episode_seed}) must return (str, dict), got "
+                f"({type(obs).__name__}, {type(info).__name__})",
+                env_id=self.env_id, turn=0,
+            )
+        return obs, info
+
+    @staticmethod
+    def _unpack_step(result: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not (isinstance(result, tuple) and len(result) == 5):
+            raise TypeError(
+                "step() must return (obs: str, reward: float, terminated, truncated, info: dict), "
+                f"got {type(result).__name__}"
+                + (f" of length {len(result)}" if isinstance(result, tuple) else "")
+            )
+        obs, reward, terminated, truncated, info = result
+        if not isinstance(obs, str):
+            raise TypeError(f"step() returned an observation of type {type(obs).__name__}, not str")
+        if info is None:
+            info = {}
+        if not isinstance(info, dict):
+            raise TypeError(f"step() returned info of type {type(info).__name__}, not dict")
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def _step_error_message(self, e: Exception) -> str:
+        msg = f"{self.env_id}: step() at turn {self._turn + 1} raised {type(e).__name__}: {e}"
+        if isinstance(e, ValueError) and "signal only works in main thread" in str(e):
+            msg += " (GEM's math grader uses SIGALRM when use_mp=False; pass use_mp=True to step from threads)"
+        return msg

@@ -1,0 +1,250 @@
+"""`make_env`: environment id -> `TextEnv`.
+
+An id is one of: a GEM registered id (`game:Sudoku-v0-easy`, `rg:arc_1d`, `math:Math12K`, ...),
+`math` (a local file), `math:procedural`, or `package.module:Factory` for a gymnasium-style text
+env of your own. `python -m oat_dppo.envs --list` prints the known ids.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import importlib
+import inspect
+from typing import Any, Callable
+
+from oat_dppo.envs import hub
+from oat_dppo.envs._gem import FixedPoolReasoningGym, gem_registry, import_gem
+from oat_dppo.envs.actions import ACTION_FORMATS
+from oat_dppo.envs.adapter import HISTORY_MODES, TextEnv
+from oat_dppo.envs.errors import DatasetUnavailableError, UnknownEnvError
+from oat_dppo.envs.math_data import (
+    DEFAULT_PROCEDURAL_SIZE,
+    DEFAULT_PROCEDURAL_TASKS,
+    MATH_DATA_HINT,
+    load_math_file,
+    make_math_env,
+    procedural_math_dataset,
+)
+from oat_dppo.envs.presets import (
+    LOCAL_MATH_ID,
+    PROCEDURAL_MATH_ID,
+    EnvPreset,
+    family_of,
+    get_preset,
+    known_env_ids,
+    takes_math_data,
+)
+from oat_dppo.envs.seeding import PrivateGlobalRNG
+
+_LIST_HINT = "Run `python -m oat_dppo.envs --list` to see every id"
+
+
+def _unknown_env_error(env_id: str, reason: str | None = None) -> UnknownEnvError:
+    known = known_env_ids()
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(env_id.lower(), list(by_lower), n=5, cutoff=0.5)
+    suggestions = [by_lower[c] for c in close]
+    lines = [f"unknown environment id {env_id!r}" + (f" ({reason})" if reason else "") + "."]
+    if suggestions:
+        lines.append("Closest known ids: " + ", ".join(suggestions) + ".")
+    lines.append(
+        f"{_LIST_HINT}; your own gymnasium-style text env can be given as 'package.module:Class'."
+    )
+    return UnknownEnvError(" ".join(lines))
+
+
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _load_factory(env_id: str) -> Callable[..., Any]:
+    module_name, _, attr_path = env_id.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        missing = e.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise _unknown_env_error(env_id, f"no module named {missing!r}") from None
+        raise  # the module exists but one of ITS imports is missing: show that error as it is
+    for part in attr_path.split("."):
+        if not hasattr(obj, part):
+            raise _unknown_env_error(env_id, f"module {module_name!r} has no attribute {attr_path!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UnknownEnvError(f"{env_id!r} is not a class or factory (got {type(obj).__name__})")
+    return obj
+
+
+def _make_user_env(env_id: str, seed: int, kwargs: dict[str, Any]) -> Any:
+    factory = _load_factory(env_id)
+    if _accepts(factory, "seed"):
+        kwargs = {"seed": seed, **kwargs}
+    env = factory(**kwargs)
+    if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
+        raise TypeError(f"{env_id!r} built a {type(env).__name__}, which has no reset()/step()")
+    if not _accepts(env.reset, "seed"):
+        raise TypeError(f"{env_id!r}: reset() must accept seed= (gymnasium API: reset(seed=None))")
+    return env
+
+
+@functools.lru_cache(maxsize=8)
+def _rg_prototype(env_id: str, frozen_kwargs: tuple[tuple[str, Any], ...]) -> Any:
+    # Every instance with the same options shares one question pool (ACRE builds its pool
+    # eagerly: 0.3 s per 2000 items), so build it once and hand out shallow copies.
+    return import_gem().make(env_id, **dict(frozen_kwargs))
+
+
+def _make_gem_env(env_id: str, spec: Any, data_seed: int, kwargs: dict[str, Any],
+                  math_options: dict[str, Any]) -> Any:
+    gem = import_gem()
+    family = family_of(env_id)
+    if family == "rg":
+        kwargs = {"seed": data_seed, **kwargs}
+        try:
+            env = copy.copy(_rg_prototype(env_id, tuple(sorted(kwargs.items()))))
+        except TypeError:  # unhashable option values: no sharing
+            env = gem.make(env_id, **kwargs)
+        return FixedPoolReasoningGym(env)
+    math_data = math_options.pop("math_data", None)
+    if math_data is not None:
+        dataset = load_math_file(math_data, question_key=math_options["question_key"],
+                                 answer_key=math_options["answer_key"])
+        return make_math_env(dataset, data_seed=data_seed, use_mp=math_options["use_mp"],
+                             env_id=env_id, **kwargs)
+    if "dataset_name" in spec.kwargs and "dataset" not in kwargs:
+        return _make_hub_env(env_id, spec, data_seed, kwargs, math_options)
+    if takes_math_data(env_id):
+        kwargs.setdefault("use_mp", math_options["use_mp"])
+    return gem.make(env_id, seed=data_seed, **kwargs)
+
+
+def _make_hub_env(env_id: str, spec: Any, data_seed: int, kwargs: dict[str, Any],
+                  math_options: dict[str, Any]) -> Any:
+    name = spec.kwargs["dataset_name"]
+    if takes_math_data(env_id):
+        hint = MATH_DATA_HINT + f" (make_env({env_id!r}, seed=..., math_data=FILE) keeps this id)"
+        kwargs.setdefault("use_mp", math_options["use_mp"])
+    else:
+        hint = f"pass a local datasets.Dataset: make_env({env_id!r}, seed=..., dataset=...)"
+
+    def unavailable(why: str) -> DatasetUnavailableError:
+        return DatasetUnavailableError(
+            f"{env_id!r} downloads the dataset {name!r} from the Hugging Face hub, and {why}. "
+            f"Offline, {hint}."
+        )
+
+    offline = hub.hub_offline()
+    if not offline and not hub.hub_reachable():
+        raise unavailable("the hub cannot be reached from this machine (no network? a copy already "
+                          "in the local cache is used with HF_HUB_OFFLINE=1)")
+    try:
+        return import_gem().make(env_id, seed=data_seed, **kwargs)
+    except OSError as e:  # ConnectionError, OfflineModeIsEnabled, DatasetNotFoundError
+        why = ("offline mode is on (HF_HUB_OFFLINE) and it is not in the local cache" if offline
+               else f"loading it failed ({type(e).__name__}: {e})")
+        raise unavailable(why) from e
+
+
+def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
+    """Build the text environment `env_id`, seeded by `seed`.
+
+    Adapter options (defaults from `get_preset(env_id)`):
+      max_turns, format_penalty (added to the reward of a step without a well-formed answer;
+      give a negative number), history ("concat" | "concat_with_action" | "last"), obs_prefix,
+      obs_suffix (instruction text around the observation; "" for none), action_format,
+      action_pattern, isolate_step_rng, data_seed (seed of the shared question pool / math
+      shuffle), for_eval (shift seed and data_seed by the preset's eval_seed_offset).
+    Math options: math_data (file for `math`, `math:*`, `eval:*`), question_key, answer_key,
+      use_mp (grade in a subprocess; needed when stepping from threads), and for
+      `math:procedural` size and tasks.
+    Anything else goes to the environment's constructor (GEM's `gem.make` kwargs, or your factory).
+    """
+    if not isinstance(env_id, str) or not env_id.strip():
+        raise UnknownEnvError(f"environment id must be a non-empty string, got {env_id!r}. {_LIST_HINT}.")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    env_id = env_id.strip()
+    family = family_of(env_id)
+
+    spec = None
+    if env_id not in (LOCAL_MATH_ID, PROCEDURAL_MATH_ID) and family != "import":
+        spec = gem_registry().get(env_id)
+        if spec is None:
+            raise _unknown_env_error(env_id)
+    preset: EnvPreset = get_preset(env_id)
+
+    for_eval = bool(options.pop("for_eval", False))
+    data_seed = options.pop("data_seed", None)
+    if data_seed is None:
+        data_seed = preset.data_seed + (preset.eval_seed_offset if for_eval else 0)
+    if isinstance(data_seed, bool) or not isinstance(data_seed, int) or not 0 <= data_seed < 2**32:
+        raise ValueError(f"data_seed must be an int in [0, 2**32), got {data_seed!r}")
+    if for_eval:
+        seed += preset.eval_seed_offset
+    max_turns = options.pop("max_turns", None)
+    adapter_options = dict(
+        max_turns=preset.max_turns if max_turns is None else int(max_turns),
+        format_penalty=float(options.pop("format_penalty", 0.0)),
+        history=options.pop("history", "concat"),
+        obs_prefix=options.pop("obs_prefix", None),
+        obs_suffix=options.pop("obs_suffix", None),
+        action_format=options.pop("action_format", preset.action_format),
+        action_pattern=options.pop("action_pattern", preset.action_pattern),
+        isolate_step_rng=bool(options.pop("isolate_step_rng", preset.isolate_step_rng)),
+    )
+    # Check the adapter's options before building the env (a math env starts a grader process).
+    if adapter_options["history"] not in HISTORY_MODES:
+        raise ValueError(f"history must be one of {HISTORY_MODES}, got {adapter_options['history']!r}")
+    if adapter_options["action_format"] not in ACTION_FORMATS:
+        raise ValueError(f"action_format must be one of {ACTION_FORMATS}, got {adapter_options['action_format']!r}")
+    if adapter_options["max_turns"] < 1:
+        raise ValueError(f"max_turns must be >= 1, got {adapter_options['max_turns']}")
+    if adapter_options["obs_prefix"] is None:
+        adapter_options["obs_prefix"] = preset.obs_prefix
+    if adapter_options["obs_suffix"] is None:
+        adapter_options["obs_suffix"] = preset.obs_suffix
+    math_options = dict(
+        math_data=options.pop("math_data", None),
+        question_key=options.pop("question_key", "problem"),
+        answer_key=options.pop("answer_key", "answer"),
+        use_mp=bool(options.pop("use_mp", False)),
+    )
+    if math_options["math_data"] is not None and not takes_math_data(env_id):
+        raise ValueError(
+            f"math_data applies to 'math' and the GEM ids graded by MathEnv (math:Math12K, "
+            f"eval:MATH500, ...), not {env_id!r}"
+        )
+    env_kwargs = {**preset.env_kwargs, **options}
+    # A GEM game stops by itself at its registered max_turns: move that limit too.
+    if max_turns is not None and family == "game" and spec is not None and "max_turns" in spec.kwargs:
+        env_kwargs["max_turns"] = int(max_turns)
+
+    global_rng = PrivateGlobalRNG(seed)
+    # Constructors may draw from the global RNG too (Sudoku builds a first board).
+    with global_rng.active():
+        if env_id == LOCAL_MATH_ID:
+            if math_options["math_data"] is None:
+                raise DatasetUnavailableError("environment 'math' needs a data file: " + MATH_DATA_HINT)
+            dataset = load_math_file(math_options["math_data"], question_key=math_options["question_key"],
+                                     answer_key=math_options["answer_key"])
+            inner = make_math_env(dataset, data_seed=data_seed, use_mp=math_options["use_mp"], **env_kwargs)
+        elif env_id == PROCEDURAL_MATH_ID:
+            dataset = procedural_math_dataset(
+                seed=data_seed,
+                size=int(env_kwargs.pop("size", DEFAULT_PROCEDURAL_SIZE)),
+                tasks=env_kwargs.pop("tasks", DEFAULT_PROCEDURAL_TASKS),
+            )
+            inner = make_math_env(dataset, data_seed=data_seed, use_mp=math_options["use_mp"], **env_kwargs)
+        elif family == "import":
+            inner = _make_user_env(env_id, seed, env_kwargs)
+        else:
+            inner = _make_gem_env(env_id, spec, data_seed, env_kwargs, math_options)
+
+    return TextEnv(inner, env_id=env_id, seed=seed, preset=preset, global_rng=global_rng,
+                   **adapter_options)

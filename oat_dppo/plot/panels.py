@@ -1,0 +1,78 @@
+"""What is plotted: named panels (reward, kept_frac, prob_diff, entropy, ...) and raw metric keys."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from oat_dppo.plot.data import Warn, warn_stderr
+
+
+@dataclass(frozen=True)
+class Panel:
+    name: str  # file stem: <name>.png
+    title: str
+    key: str  # solid line
+    dashed: str | None = None  # the eval/ counterpart, dashed, where a run logged it
+
+    def keys(self) -> tuple[str, ...]:
+        return (self.key,) if self.dashed is None else (self.key, self.dashed)
+
+
+NAMED_PANELS: dict[str, Panel] = {
+    p.name: p
+    for p in (
+        Panel("reward", "Reward", "rollout/reward_mean", "eval/reward_mean"),
+        Panel("kept_frac", "Kept fraction (tokens not masked by the trust region)", "train/kept_frac"),
+        Panel("prob_diff", "|π − μ| (training–inference mismatch)", "train/prob_diff_mean"),
+        Panel("entropy", "Policy entropy", "train/entropy"),
+        Panel("success", "Success rate", "rollout/success_rate", "eval/success_rate"),
+    )
+}
+DEFAULT_PANELS = ("reward", "kept_frac", "prob_diff", "entropy")
+
+
+def _stem(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", key).strip("_") or "metric"
+
+
+def panel_for_key(key: str) -> Panel:
+    """A raw key as a panel; rollout/X gets eval/X dashed."""
+    dashed = "eval/" + key[len("rollout/") :] if key.startswith("rollout/") else None
+    return Panel(_stem(key), key, key, dashed)
+
+
+def resolve_panels(specs: Sequence[str], available: Sequence[str], warn: Warn | None = None) -> list[Panel]:
+    """Panels for --metrics entries: a panel name, a full key (train/grad_norm) or a key's last part
+    (grad_norm). Entries that no run logged are skipped with a warning."""
+    warn = warn or warn_stderr
+    avail = set(available)
+    panels: list[Panel] = []
+    for spec in specs:
+        spec = spec.strip()
+        if not spec:
+            continue
+        if spec in NAMED_PANELS:
+            panel = NAMED_PANELS[spec]
+        elif spec in avail or "/" in spec:
+            panel = panel_for_key(spec)
+        else:
+            matches = sorted(k for k in avail if k.rsplit("/", 1)[-1] == spec)
+            if len(matches) > 1 and any(m.startswith("rollout/") for m in matches):
+                matches = [m for m in matches if m.startswith("rollout/")]
+            if len(matches) > 1:
+                warn(f"metric {spec!r} is ambiguous ({', '.join(matches)}): skipped; give the full key")
+                continue
+            panel = panel_for_key(matches[0] if matches else spec)
+        if not any(k in avail for k in panel.keys()):
+            close = difflib.get_close_matches(spec, sorted(avail), n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            what = f"metric {spec!r}" if panel.keys() == (spec,) else f"metric {spec!r} ({' / '.join(panel.keys())})"
+            warn(f"{what} is in no run: skipped{hint}")
+            continue
+        if panel.name in {p.name for p in panels}:
+            continue
+        panels.append(panel)
+    return panels
