@@ -214,7 +214,5 @@ def validate(cfg: TrainConfig) -> None:
     for name in ("eval_every", "eval_episodes", "save_every", "log_episodes", "threads", "trainable_layers", "lora_rank"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
-    if cfg.aggregation == "seq_sum_constant_length" and cfg.max_new_tokens is None:
-        pass  # the constant is the resolved max_new_tokens
     if cfg.env == "math" and not cfg.math_data:
         raise ConfigError("--env math needs --math-data FILE (jsonl, json or parquet with problem and answer columns)")
