@@ -25,10 +25,11 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 run: setup
 	$(PY) -m oat_dppo.bench trust-region
 
-test: setup
+# The suite includes the Oat backend's CPU verification, so it installs that profile too.
+test: setup setup-oat
 	$(PY) -m pytest
 
-test-fast: setup
+test-fast: setup setup-oat
 	$(PY) -m pytest -m "not slow"
 
 bench: setup
@@ -52,7 +53,7 @@ $(VENV)/.oat-installed: $(VENV)/.installed constraints/oat-cpu.txt
 	$(PIP) install -q -c constraints/cpu.txt -c constraints/oat-cpu.txt $(OAT_CPU_DEPS)
 	DS_BUILD_OPS=0 $(PIP) install -q --no-cache-dir --no-build-isolation --no-deps -c constraints/oat-cpu.txt deepspeed
 	$(PIP) install -q --no-deps --ignore-requires-python -c constraints/oat-cpu.txt oat-llm
-	$(PY) -c "import oat, deepspeed; print('oat', oat.__version__, '/ deepspeed', deepspeed.__version__)"
+	$(PY) -c "import oat.types, oat.utils.data, deepspeed; from importlib.metadata import version as v; print('oat-llm', v('oat-llm'), '/ deepspeed', v('deepspeed'))"
 	touch $@
 
 test-oat: setup-oat

@@ -1,0 +1,445 @@
+"""Run Oat 0.2.4's learner code on a CPU machine, in one process, with real torch.
+
+Needs `make setup-oat` (docs/dev_oat_cpu.md). Importing this module installs the vllm/launchpad
+import-boundary fakes (tests/oat_fakes) where the real packages are missing, then imports Oat.
+
+What stands in for what:
+
+* ``object.__new__(PPOLearner)`` + `make_stock_learner`: the learner object without
+  ``LearnerBase.__init__/_init`` (launchpad node, torch.distributed + NCCL, DeepSpeed engines, vLLM
+  weight-sync groups, actor futures, wandb). The harness sets the attributes those would have set
+  (args, strategy, model, ref_model, critic, optimizer, scheduler, tokenizer, counters), then runs
+  the class's *own* ``_init`` chain above ``RLLearner`` for real (``PPOLearner._init`` and any
+  subclass's), with only ``RLLearner._init`` (and so ``LearnerBase._init``) skipped.
+* `CpuStrategy`: replaces Oat's ``DeepspeedStrategy`` + the DeepSpeed engine, not Oat. Real
+  ``loss.backward()`` (scaled by 1/grad_acc_step, as the engine does), real grad clipping at
+  ``args.max_norm`` and a real optimizer step at gradient-accumulation boundaries, the same
+  grad-norm formula, identity all-reduce (world size 1).
+* optimizer: ``torch.optim.AdamW`` over Oat's own ``get_optimizer_grouped_parameters`` (DeepSpeed's
+  ``FusedAdam``/``DeepSpeedCPUAdam`` are AdamW too, but need CUDA / a JIT C++ build).
+* `cuda_as_cpu()`: ``PPOLearner.learning_step`` puts every tensor on
+  ``torch.cuda.current_device()`` (ppo.py:363), and ``learn()`` calls ``torch.cuda.synchronize()``;
+  both raise on a CPU-only torch. The context maps them to "cpu" / a no-op.
+* args: fp32 (``bf16=False``), ``flash_attn=False``, ``gpus=0``, ``beta=0`` (Oat's default 0.1 needs a
+  reference model; pass ``beta>0`` and the harness builds one), ``critic_type="grpo"``. Both
+  ``use_fused_lm_head`` values run on CPU (Oat's FusedLinear is plain torch).
+* policy: a random-init tiny Qwen2/Qwen3 from a config + a byte-level tokenizer built with
+  ``tokenizers`` (no files, no network), wrapped in Oat's real ``oat.model.LLM``.
+
+Not covered: critic_type="ppo" (critic model), LoRA, ZeRO-3, bf16, multi-rank reductions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import socket
+import time
+from collections import deque
+from typing import Any, Callable, Iterable, Optional, Sequence
+from unittest import mock
+
+import numpy as np
+import torch
+
+import oat_fakes
+
+FAKES_IN_USE = oat_fakes.install()
+
+import torch.distributed as dist  # noqa: E402
+from oat.algorithms.ppo import PPOArgs, PPOLearner  # noqa: E402
+from oat.args import default_args_validation  # noqa: E402
+from oat.learners.rl import RLLearner  # noqa: E402
+from oat.model import LLM  # noqa: E402
+from oat.types import TransitionData  # noqa: E402
+from oat.utils.deepspeed import get_optimizer_grouped_parameters  # noqa: E402
+from oat.utils.ops import disable_dropout  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+__all__ = [
+    "FAKES_IN_USE",
+    "CPU_ARGS",
+    "CpuStrategy",
+    "cuda_as_cpu",
+    "byte_tokenizer",
+    "tiny_policy",
+    "make_args",
+    "make_stock_learner",
+    "response_logprobs",
+    "make_transitions",
+    "collate",
+    "run_learning_step",
+    "single_process_group",
+    "run_learn_round",
+]
+
+# ----------------------------------------------------------------------------------------------
+# CPU stand-ins
+# ----------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def cuda_as_cpu():
+    """``torch.cuda.current_device()`` -> "cpu" and ``torch.cuda.synchronize()`` -> no-op, inside."""
+    with mock.patch.object(torch.cuda, "current_device", lambda: "cpu"), mock.patch.object(
+        torch.cuda, "synchronize", lambda *a, **k: None
+    ):
+        yield
+
+
+class CpuStrategy:
+    """Stands in for Oat's ``DeepspeedStrategy`` (and the DeepSpeed engine it drives) on one CPU
+    process. Same interface as far as the learner uses it; every numeric step is real torch."""
+
+    def __init__(self, args, world_size: int = 1):
+        self.args = args
+        self.world_size = world_size
+        self.max_norm = args.max_norm
+        # As DeepspeedStrategy.setup_distributed.
+        self.grad_acc_step = args.train_batch_size // args.train_batch_size_per_device // world_size
+        assert self.grad_acc_step >= 1, "train_batch_size must be >= train_batch_size_per_device"
+        self.micro_steps = 0  # backward/step pairs seen (DeepSpeed engine's micro_steps)
+        self.optimizer_steps = 0  # real optimizer updates (at accumulation boundaries)
+
+    @staticmethod
+    def _module(model):
+        return model.model if isinstance(model, LLM) else model
+
+    def backward(self, loss: torch.Tensor, model, optimizer, **_) -> None:
+        # DeepSpeed's engine.backward scales by 1/gradient_accumulation_steps.
+        (loss / self.grad_acc_step).backward()
+
+    def optimizer_step(self, optimizer, model, scheduler, name="model", **_) -> None:
+        # DeepSpeed's engine.step: acts only at the accumulation boundary; clips at max_norm.
+        self.micro_steps += 1
+        if self.micro_steps % self.grad_acc_step != 0:
+            return
+        params = [p for p in self._module(model).parameters() if p.grad is not None]
+        if self.max_norm and self.max_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, self.max_norm)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        self.optimizer_steps += 1
+
+    def get_gradient_norm(self, model, **_) -> torch.Tensor:
+        # As DeepspeedStrategy.get_gradient_norm: L2 norm of the (unclipped) accumulated grads.
+        sq = torch.tensor(0.0)
+        for p in self._module(model).parameters():
+            if p.grad is not None:
+                sq += p.grad.detach().norm(2).cpu() ** 2
+        return sq.sqrt()
+
+    def all_reduce(self, data, op: str = "mean"):
+        assert op in ("mean", "max", "sum")
+        return data  # world size 1: mean, max and sum are the identity
+
+    def all_gather(self, data):
+        return [data]
+
+    def is_rank_0(self) -> bool:
+        return True
+
+    def is_group_rank_0(self) -> bool:
+        return True
+
+    def print(self, *msg) -> None:
+        print(*msg)
+
+    def pprint(self, *msg) -> None:
+        print(*msg)
+
+
+# ----------------------------------------------------------------------------------------------
+# Policy and tokenizer
+# ----------------------------------------------------------------------------------------------
+
+SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2: pad, turn start, eos
+CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def byte_tokenizer():
+    """259-id byte-level tokenizer (3 specials + 256 bytes), ChatML template; built in code."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False))
+    tk.add_special_tokens(list(SPECIALS))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tk.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        model_input_names=["input_ids", "attention_mask"],
+    )
+    tok.chat_template = CHATML
+    tok.padding_side = "left"  # as Oat's get_tokenizer(..., "left")
+    return tok
+
+
+def tiny_policy(tokenizer, arch: str = "qwen2", *, seed: int = 0, hidden: int = 64, layers: int = 2,
+                heads: int = 4, kv_heads: int = 2, intermediate: int = 128):
+    """Random-init causal LM (fp32, tied embeddings, eager attention) from a config."""
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
+
+    common = dict(
+        vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, intermediate_size=intermediate,
+        max_position_embeddings=1024, tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+        attn_implementation="eager", torch_dtype=torch.float32,
+    )
+    if arch == "qwen2":
+        cfg = Qwen2Config(**common)
+    elif arch == "qwen3":
+        cfg = Qwen3Config(head_dim=hidden // heads, **common)
+    else:
+        raise ValueError(f"arch must be qwen2 or qwen3, not {arch!r}")
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    model.config.use_cache = False  # as oat.model.LLM does for loaded models
+    return model
+
+
+# ----------------------------------------------------------------------------------------------
+# Args and learner
+# ----------------------------------------------------------------------------------------------
+
+# Settings the CPU harness needs (overridable, but the learner will not run without them on CPU).
+CPU_ARGS: dict[str, Any] = dict(
+    gpus=0,  # default_args_validation asserts torch.cuda.device_count() >= gpus
+    flash_attn=False,  # only read when Oat loads a model by path; set for honesty
+    bf16=False,  # fp32 on CPU
+    beta=0.0,  # Oat's 0.1 needs a reference model (built here when beta > 0)
+)
+# Defaults chosen for a small, fast, deterministic step (all overridable).
+SMALL_ARGS: dict[str, Any] = dict(
+    critic_type="grpo",
+    num_samples=2,
+    train_batch_size=8,
+    train_batch_size_per_device=2,
+    rollout_batch_size=8,
+    rollout_batch_size_per_device=8,
+    generate_max_length=32,
+    learning_rate=1e-3,
+)
+
+
+def make_args(args_cls=PPOArgs, **overrides):
+    """``args_cls(**CPU_ARGS | SMALL_ARGS | overrides)`` with ``algo="PPO"``, then Oat's own
+    ``default_args_validation`` (as an entry point does)."""
+    kw = {**CPU_ARGS, **SMALL_ARGS, **overrides}
+    args = args_cls(**kw)
+    args.algo = "PPO"
+    return default_args_validation(args)
+
+
+def _skip_rl_and_base_init(self, args, actors) -> None:
+    # Stands in for RLLearner._init -> LearnerBase._init; their results are set by make_stock_learner.
+    self.args = args
+
+
+def make_stock_learner(
+    args_overrides: Optional[dict] = None,
+    *,
+    learner_cls=PPOLearner,
+    args_cls=PPOArgs,
+    args=None,
+    tokenizer=None,
+    model=None,
+    arch: str = "qwen2",
+    seed: int = 0,
+    post_init: Optional[Callable[[Any], None]] = None,
+):
+    """A ready ``learner_cls`` instance (default: stock ``PPOLearner``) on CPU.
+
+    ``learner.learning_step(batch)`` must then run inside `cuda_as_cpu()` (or use
+    `run_learning_step`). ``model`` is a HF causal LM (default: `tiny_policy`); ``learner.model`` is
+    Oat's ``LLM`` wrapping it. ``learner.strategy`` is a `CpuStrategy`.
+    """
+    if args is None:
+        args = make_args(args_cls, **(args_overrides or {}))
+    elif args_overrides:
+        raise ValueError("pass either args or args_overrides")
+    if args.critic_type == "ppo":
+        raise NotImplementedError("critic_type='ppo' needs a critic model; not built by this harness")
+    if args.lora_rank > 0:
+        raise NotImplementedError("LoRA is not covered by this harness")
+    if args.use_fused_lm_head and args.zero_stage == 3:
+        raise ValueError("Oat rejects the fused lm head with ZeRO-3")
+
+    tokenizer = tokenizer if tokenizer is not None else byte_tokenizer()
+    hf_model = model if model is not None else tiny_policy(tokenizer, arch, seed=seed)
+
+    learner = object.__new__(learner_cls)
+    learner.args = args
+    learner.algo = args.algo
+    learner.actors = []
+    learner.ipc_server = None
+    learner.strategy = CpuStrategy(args)
+    learner.tokenizer = tokenizer
+    learner.model = LLM(hf_model)  # Oat's wrapper around an already built model ...
+    learner.model.use_lora = False  # ... which, on that path, leaves use_lora unset
+    disable_dropout(learner.model)
+    learner.optimizer = torch.optim.AdamW(
+        get_optimizer_grouped_parameters(learner.model.model, args.l2),
+        lr=args.learning_rate,
+        betas=(args.adam_beta_1, args.adam_beta_2),
+    )
+    learner.scheduler = None  # constant learning rate
+    if args.beta > 0 or args.kl_penalty_coef > 0:
+        learner.ref_model = LLM(copy.deepcopy(hf_model).eval().requires_grad_(False))
+        learner.ref_model.use_lora = False
+    else:
+        learner.ref_model = None
+    learner.critic = None
+    learner.pi_buffer = deque(maxlen=args.pi_buffer_maxlen_per_device)
+    learner.global_step = 0
+    learner.policy_sgd_step = 0
+    learner.query_step = 0
+    learner.gradient_update_st = time.time()
+    learner.gradient_update_elapse = float("nan")
+
+    # The class's own _init chain (PPOLearner._init and any subclass's) runs for real.
+    with mock.patch.object(RLLearner, "_init", _skip_rl_and_base_init):
+        learner._init(args, [])
+    if post_init is not None:
+        post_init(learner)
+    return learner
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------
+
+_WORDS = ("fill", "row", "col", "grid", "move", "left", "right", "up", "down", "guess", "number",
+          "the", "a", "is", "cell", "box", "sudoku", "answer", "\\boxed{", "}", "1", "2", "3", "4", "9")
+
+
+@torch.no_grad()
+def response_logprobs(model, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> list[float]:
+    """log pi(response_t | prompt, response_<t) under ``model`` (an HF model or Oat LLM), one
+    unpadded sequence: what a vLLM actor records as ``response_logprobs`` at temperature 1."""
+    m = model.model if isinstance(model, LLM) else model
+    ids = torch.tensor([list(prompt_ids) + list(response_ids)])
+    logits = m(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float()
+    logp = logits[0, :-1].log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0]
+    return logp[len(prompt_ids) - 1:].tolist()
+
+
+def make_transitions(
+    tokenizer,
+    n: int,
+    *,
+    num_samples: int = 2,
+    prompt_words: tuple[int, int] = (3, 8),
+    response_words: tuple[int, int] = (2, 6),
+    rewards: Optional[Sequence[float]] = None,
+    behavior=None,
+    logprob_offset: float = 0.0,
+    truncate_every: int = 0,
+    seed: int = 0,
+    transition_cls=TransitionData,
+    extra: Optional[Callable[[int, list, list], dict]] = None,
+) -> list:
+    """``n`` real ``oat.types.TransitionData`` items, in groups of ``num_samples`` that share a
+    prompt (consecutive, as Oat's GRPO/Dr.GRPO advantage expects).
+
+    * prompt: a ChatML-rendered user turn of random words; response: random words + eos (every
+      ``truncate_every``-th response, if set, has no eos, as a length-truncated completion).
+    * rewards: Oat's dense convention, zeros with the final reward on the last response token.
+      Default: each group gets distinct rewards (so group advantages are non-zero).
+    * response_logprobs: ``response_logprobs(behavior, ...) + logprob_offset`` if ``behavior`` is
+      given (on-policy mu), else uniform in [-3, -0.05].
+    * ``transition_cls``/``extra(i, prompt_ids, response_ids) -> dict`` build subclass items with
+      extra fields (e.g. top-K arrays for a DPPO TransitionData).
+    """
+    if n % num_samples:
+        raise ValueError("n must be a multiple of num_samples")
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in range(n // num_samples):
+        words = rng.choice(_WORDS, size=rng.integers(*prompt_words, endpoint=True))
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": " ".join(words)}], tokenize=False, add_generation_prompt=True
+        )
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        group_rewards = rng.permutation(np.linspace(0.0, 1.0, num_samples)) if num_samples > 1 else [1.0]
+        for k in range(num_samples):
+            i = g * num_samples + k
+            text = " ".join(rng.choice(_WORDS, size=rng.integers(*response_words, endpoint=True)))
+            response_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if not (truncate_every and (i + 1) % truncate_every == 0):
+                response_ids = response_ids + [tokenizer.eos_token_id]
+                text = text + tokenizer.eos_token
+            final = float(rewards[i]) if rewards is not None else float(group_rewards[k])
+            dense = [0.0] * (len(response_ids) - 1) + [final]
+            if behavior is not None:
+                lps = [x + logprob_offset for x in response_logprobs(behavior, prompt_ids, response_ids)]
+            else:
+                lps = rng.uniform(-3.0, -0.05, size=len(response_ids)).tolist()
+            fields = dict(prompt=prompt, prompt_ids=prompt_ids, response=text, response_ids=response_ids,
+                          response_logprobs=lps, rewards=dense, loss_mask=True, info={})
+            if extra is not None:
+                fields.update(extra(i, prompt_ids, response_ids))
+            out.append(transition_cls(**fields))
+    return out
+
+
+def collate(learner, transitions: Iterable) -> dict:
+    """The batch ``learning_step`` receives, built exactly as ``PPOLearner.learn`` builds it: the
+    learner's ``dataset_builder`` (stock: Oat's ``TransitionDataset``) and its ``collate_fn`` through
+    a DataLoader of batch size len(dataset), unshuffled."""
+    dataset = learner.dataset_builder(list(transitions), learner.tokenizer, learner.strategy)
+    loader = DataLoader(dataset, batch_size=len(dataset), shuffle=False, drop_last=True,
+                        collate_fn=dataset.collate_fn)
+    return next(iter(loader))
+
+
+def run_learning_step(learner, batch: dict) -> tuple[dict, float]:
+    """``learner.learning_step(batch)`` under `cuda_as_cpu`; returns (infos, seconds)."""
+    with cuda_as_cpu():
+        t0 = time.perf_counter()
+        infos = learner.learning_step(batch)
+        return infos, time.perf_counter() - t0
+
+
+# ----------------------------------------------------------------------------------------------
+# A whole learn() round (dataset -> DataLoader -> learning_step -> train_info)
+# ----------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def single_process_group():
+    """A real one-rank gloo ``torch.distributed`` group (``learn()`` calls ``dist.barrier()``).
+    Reuses an existing group; destroys only the one it created."""
+    if dist.is_initialized():
+        yield
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def run_learn_round(learner, transitions: Iterable, learning_round: int = 2) -> dict:
+    """Fill ``learner.pi_buffer`` and run Oat's ``learner.learn(learning_round)`` on CPU.
+    (Round 1 also prints a training example.)"""
+    learner.pi_buffer.clear()
+    learner.pi_buffer.extend(transitions)
+    with single_process_group(), cuda_as_cpu():
+        return learner.learn(learning_round)
