@@ -97,6 +97,8 @@ class TrainConfig:
     """Trust-region anchor: behavior (mu, the default) or recompute (pi_old, the decoupled ablation)."""
     topk: Optional[int] = None
     """K for top-K strategies: mu's top-K log-probs are recorded at rollout (default 20)."""
+    behavior: Literal["rollout", "recompute"] = "rollout"
+    """Where mu comes from: the engine's log-probs at rollout (the paper), or a recomputed pi_old (the on-policy assumption of stock PPO code; an ablation)."""
 
     # ---- learner -----------------------------------------------------------------------------
     learning_rate: float = 1e-5

@@ -133,3 +133,19 @@ def test_learner_rejects_a_frozen_model(policy):
         p.requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable parameters"):
         Learner(model, make_trust_region("pg_is"), LearnerConfig(), pad_id=0)
+
+
+def test_behavior_recompute_uses_pi_old_as_mu(policy):
+    # With mu taken from a recomputed pi_old, the first step sees r = 1 exactly even when the
+    # recorded mu is wrong; with mu from the rollout, the wrong mu shows up as mismatch.
+    turns = sampled_turns(policy, n=4)
+    for t in turns:
+        t.behavior_logprobs = t.behavior_logprobs - 0.5  # a deliberately off engine
+    cfg = dict(learning_rate=1e-9, mini_batch_size=4, micro_batch_size=4)
+    rollout = Learner(copy.deepcopy(policy[0]), make_trust_region("pg_is"), LearnerConfig(**cfg), pad_id=0)
+    recompute = Learner(copy.deepcopy(policy[0]), make_trust_region("pg_is"), LearnerConfig(**cfg, behavior="recompute"), pad_id=0)
+    m_roll = rollout.update(turns, random.Random(0))
+    m_rec = recompute.update(turns, random.Random(0))
+    assert m_roll["ratio_mean"] == pytest.approx(np.exp(0.5), rel=1e-4)
+    assert m_rec["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert recompute.forward_passes == rollout.forward_passes + 1

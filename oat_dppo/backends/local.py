@@ -176,6 +176,7 @@ class LocalTrainer:
                 max_grad_norm=cfg.max_grad_norm,
                 aggregation=cfg.aggregation,
                 constant_length=constant,
+                behavior=cfg.behavior,
             ),
             pad_id=self.engine.pad_id,
             device=self.device,

@@ -13,7 +13,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import torch
@@ -34,6 +34,46 @@ class LearnerConfig:
     weight_decay: float = 0.0
     aggregation: str = "token_mean"
     constant_length: int | None = None  # for aggregation "seq_sum_constant_length"
+    # Where mu comes from: the log-probs the engine recorded at rollout (the paper's choice), or a
+    # recomputed pi_old (what on-policy PPO implementations such as stock Oat without TIS assume).
+    behavior: Literal["rollout", "recompute"] = "rollout"
+
+
+def trust_region_loss(
+    model,
+    batch: TokenBatch,
+    trust_region,
+    *,
+    aggregation: str = "token_mean",
+    constant_length: int | None = None,
+    num_tokens: float | None = None,
+    num_sequences: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """One micro-batch: log pi at the response tokens -> trust region -> aggregated loss.
+
+    Shared by the local learner and the Oat learner. `num_tokens` / `num_sequences` are the whole
+    mini-batch's normalizers, so that accumulating micro-batches equals one big batch.
+    """
+    topk = getattr(trust_region, "topk", 0)
+    pol = policy_logprobs(model, batch, with_topk=topk > 0)
+    out = trust_region(
+        TrustRegionInputs(
+            logp=pol.logp,
+            behavior_logp=batch.behavior_logp,
+            advantages=batch.advantages,
+            mask=batch.response_mask,
+            old_logp=batch.old_logp,
+            topk_behavior_logp=batch.topk_behavior_logp,
+            topk_logp=pol.topk_logp,
+            topk_valid=batch.topk_valid,
+        )
+    )
+    loss = aggregate(out.loss_terms, batch.response_mask, aggregation, constant_length=constant_length,
+                     num_tokens=num_tokens, num_sequences=num_sequences)
+    metrics = dict(out.metrics)
+    ent = pol.entropy[batch.response_mask]
+    metrics["entropy"] = float(ent.mean()) if ent.numel() else math.nan
+    return loss, metrics
 
 
 # Metrics combined across micro-batches by min / max instead of a token-weighted mean.
@@ -77,7 +117,7 @@ class Learner:
             raise ValueError("the model has no trainable parameters")
         self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
         self.topk = getattr(trust_region, "topk", 0)
-        self.needs_old_logp = bool(getattr(trust_region, "needs_old_logp", False))
+        self.needs_old_logp = bool(getattr(trust_region, "needs_old_logp", False)) or config.behavior == "recompute"
         self.forward_passes = 0  # counted so tests can check behavior-anchored runs never recompute
 
     # -- public ------------------------------------------------------------------------------------
@@ -129,30 +169,16 @@ class Learner:
         total_loss = 0.0
         for micro in self._micro_batches(mini):
             batch = collate(micro, self.pad_id, self.topk).to(self.device)
-            pol = policy_logprobs(self.model, batch, with_topk=self.topk > 0)
-            self.forward_passes += 1
-            out = self.trust_region(
-                TrustRegionInputs(
-                    logp=pol.logp,
-                    behavior_logp=batch.behavior_logp,
-                    advantages=batch.advantages,
-                    mask=batch.response_mask,
-                    old_logp=batch.old_logp,
-                    topk_behavior_logp=batch.topk_behavior_logp,
-                    topk_logp=pol.topk_logp,
-                    topk_valid=batch.topk_valid,
-                )
+            if cfg.behavior == "recompute":
+                batch.behavior_logp = batch.old_logp
+            loss, metrics = trust_region_loss(
+                self.model, batch, self.trust_region, aggregation=cfg.aggregation,
+                constant_length=cfg.constant_length, num_tokens=n_tokens, num_sequences=n_seqs,
             )
-            # Normalizers of the whole mini-batch, so accumulation equals one big batch.
-            loss = aggregate(out.loss_terms, batch.response_mask, cfg.aggregation,
-                             constant_length=cfg.constant_length, num_tokens=n_tokens, num_sequences=n_seqs)
+            self.forward_passes += 1
             loss.backward()
             total_loss += float(loss.detach())
-            weight = float(batch.num_tokens)
-            metrics = dict(out.metrics)
-            ent = pol.entropy[batch.response_mask]
-            metrics["entropy"] = float(ent.mean()) if ent.numel() else math.nan
-            acc.add(metrics, weight)
+            acc.add(metrics, float(batch.num_tokens))
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
         if torch.isfinite(grad_norm):
