@@ -444,7 +444,8 @@ def tiny_model(
 
 # Qwen2/2.5/3 pre-tokenization regex (digits split one by one).
 _QWEN_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 # Added tokens of Qwen3 in id order from 151643 (Qwen2.5 stops after <|file_sep|>). The bool says
 # whether the token is "special" (skipped by decode(skip_special_tokens=True)), as in Qwen3's config.
@@ -464,7 +465,7 @@ QWEN_FIRST_ADDED_ID = 151643
 
 def _byte_to_unicode() -> dict[int, str]:
     # GPT-2's reversible byte -> printable-unicode map used by byte-level BPE vocabularies.
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    keep = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
     table, extra = {}, 0
     for b in range(256):
         if b in keep:
@@ -621,7 +622,13 @@ def enable_gradient_checkpointing(model):
     return model
 
 
-def apply_lora(model, rank: int = 8, alpha: float = 16.0, target_modules: str | list[str] = "all-linear", dropout: float = 0.0):
+def apply_lora(
+    model,
+    rank: int = 8,
+    alpha: float = 16.0,
+    target_modules: str | list[str] = "all-linear",
+    dropout: float = 0.0,
+):
     """Wrap `model` with LoRA adapters (peft); only adapter weights stay trainable.
 
     B starts at zero, so the wrapped model's outputs equal the base model's until the first update.

@@ -6,6 +6,8 @@ import sys
 
 BENCHMARKS = {
     "trust-region": "oat_dppo.bench.trust_region",
+    "engine": "oat_dppo.bench.engine",
+    "local": "oat_dppo.bench.local",
 }
 
 

@@ -249,7 +249,8 @@ class HFEngine:
             slot_ids = torch.stack(rec.slot_ids, dim=1).cpu().numpy().astype(np.int64)  # [B, S, K+1]
             slot_lp = torch.stack(rec.slot_logp, dim=1).cpu().numpy().astype(np.float32)  # [B, S, K+1]
         cols = torch.arange(S)[None, :]  # [1, S]
-        is_stop = torch.isin(new_cpu, torch.as_tensor(self.stop_ids)) & (cols < torch.as_tensor(budgets)[:, None])
+        stop = torch.as_tensor(self.stop_ids, dtype=torch.long)
+        is_stop = torch.isin(new_cpu, stop) & (cols < torch.as_tensor(budgets)[:, None])  # [B, S]
         has_stop = is_stop.any(dim=1)  # [B]
         first_stop = is_stop.int().argmax(dim=1)  # [B] first True (0 when none; guarded by has_stop)
         gens = []
