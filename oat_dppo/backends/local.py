@@ -267,7 +267,9 @@ class LocalTrainer:
     # -- signals -----------------------------------------------------------------------------------
     def _on_signal(self, signum, frame) -> None:
         name = signal.Signals(signum).name
-        if self._phase == "train" and not self._stop_requested:
+        # Rollouts and evaluations only read the model: leave at once (the last checkpoint stands).
+        # An update, or the write of its metrics and checkpoint, is finished first.
+        if self._phase in ("train", "save") and not self._stop_requested:
             self._stop_requested = True
             print(f"\n{name}: finishing this update, then saving a checkpoint (again to abort now)", file=self.out)
             return
@@ -289,12 +291,13 @@ class LocalTrainer:
                 if cfg.eval_every and (iteration + 1) % cfg.eval_every == 0 and self.eval_envs:
                     row.update(self.evaluate(iteration))
                 row["wall_time"] = time.perf_counter() - t_run
+                # Metrics, then checkpoint, as one step a signal cannot split. (A hard kill between
+                # the two leaves one metrics line ahead; --resume redoes that iteration and trims it.)
+                self._phase = "save"
                 self._emit(row)
                 if (iteration + 1) % cfg.save_every == 0 or iteration == cfg.iterations - 1 or self._stop_requested:
-                    t0 = time.perf_counter()
                     self.save_checkpoint(iteration)
                     last_saved = iteration
-                    row["time/checkpoint_s"] = time.perf_counter() - t0
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix_str(self._postfix(row))

@@ -1,0 +1,381 @@
+"""A study's report: per-run numbers, seed-aggregated table (Markdown + CSV), paper-style figures.
+
+Per run (from its metrics.jsonl, read with `oat_dppo.plot.read_metrics`), R = rollout/reward_mean:
+
+    final      mean of R over the last 3 logged iterations
+    best       max of R
+    reach      the first iteration with R >= threshold (None when never)
+    auc        mean of R over all logged iterations (area under the curve / iterations)
+    kept       mean of train/kept_frac over iterations
+    mismatch   mean of train/prob_diff_mean (|pi - mu|) over iterations
+    eval       the last logged eval/reward_mean (NaN when the run never evaluated)
+
+Runs are grouped by model family, model, env, trust region and any other option the grid varies;
+the seeds of a group give mean and population std (ddof 0, as the figures' bands).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from oat_dppo.config import to_dict
+from oat_dppo.plot.data import IGNORED_CONFIG_KEYS, MetricTable, Run, Series, load_run
+from oat_dppo.study.spec import NAME_KEYS, RunSpec, Study, format_value
+
+REWARD = "rollout/reward_mean"
+KEPT = "train/kept_frac"
+MISMATCH = "train/prob_diff_mean"
+EVAL = "eval/reward_mean"
+LAST_N = 3
+METRICS = ("final", "best", "reach", "auc", "kept", "mismatch", "eval")
+FIGURES = (("reward", REWARD, "reward (rollout/reward_mean)"),
+           ("mismatch", MISMATCH, "|π − μ| (train/prob_diff_mean)"),
+           ("kept", KEPT, "kept fraction (train/kept_frac)"))
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+# ---- one run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    run: RunSpec
+    iterations: int
+    final: float
+    best: float
+    reach: float  # NaN when the threshold was never reached (or no threshold)
+    auc: float
+    kept: float
+    mismatch: float
+    eval: float
+
+
+def _finite(table: MetricTable, key: str) -> tuple[np.ndarray, np.ndarray]:
+    y = table.column(key)
+    ok = np.isfinite(y)
+    return table.iterations[ok], y[ok]
+
+
+def _mean(y: np.ndarray) -> float:
+    return float(np.mean(y)) if len(y) else math.nan
+
+
+def run_result(run: RunSpec, table: MetricTable, threshold: float | None) -> RunResult:
+    its, r = _finite(table, REWARD)
+    reach = math.nan
+    if threshold is not None:
+        hit = np.nonzero(r >= threshold)[0]
+        reach = float(its[hit[0]]) if len(hit) else math.nan
+    _, ev = _finite(table, EVAL)
+    return RunResult(
+        run=run,
+        iterations=len(table),
+        final=_mean(r[-LAST_N:]),
+        best=float(np.max(r)) if len(r) else math.nan,
+        reach=reach,
+        auc=_mean(r),
+        kept=_mean(_finite(table, KEPT)[1]),
+        mismatch=_mean(_finite(table, MISMATCH)[1]),
+        eval=float(ev[-1]) if len(ev) else math.nan,
+    )
+
+
+# ---- groups -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stat:
+    mean: float
+    std: float
+    n: int
+
+    @staticmethod
+    def of(values: Sequence[float]) -> "Stat":
+        v = np.array([x for x in values if math.isfinite(x)], dtype=np.float64)
+        if not len(v):
+            return Stat(math.nan, math.nan, 0)
+        return Stat(float(v.mean()), float(v.std()), len(v))
+
+
+@dataclass
+class Group:
+    family: str
+    model: str
+    env: str
+    trust_region: str
+    extra: dict[str, str]  # other options the grid varies -> value shown
+    runs: list[RunSpec] = field(default_factory=list)  # every run of the group
+    results: list[RunResult] = field(default_factory=list)  # the ones with metrics
+
+    @property
+    def label(self) -> str:
+        """The legend label: trust region, plus the other varied options."""
+        extra = ", ".join(f"{k}={v}" for k, v in self.extra.items())
+        return f"{self.trust_region} [{extra}]" if extra else self.trust_region
+
+    def stat(self, metric: str) -> Stat:
+        return Stat.of([getattr(r, metric) for r in self.results])
+
+
+def varied_keys(runs: Sequence[RunSpec]) -> list[str]:
+    """Options (other than model, env, trust region, seed and bookkeeping) that differ across runs."""
+    ignore = set(IGNORED_CONFIG_KEYS) | set(NAME_KEYS) | {"backend"}
+    dicts = [to_dict(r.config) for r in runs]
+    keys = list(dicts[0]) if dicts else []
+    return [k for k in keys if k not in ignore and len({repr(d[k]) for d in dicts}) > 1]
+
+
+def _family(model: str) -> str:
+    from oat_dppo.models import model_family  # torch + transformers: only when a report is made
+
+    return model_family(model)
+
+
+def build_groups(runs: Sequence[RunSpec], tables: dict[str, MetricTable], threshold: float | None) -> list[Group]:
+    """Groups in display order: family, model, env, trust region (each by first appearance), then
+    the other varied options."""
+    extra_keys = varied_keys(runs)
+    groups: dict[tuple, Group] = {}
+    order: dict[str, dict] = {k: {} for k in ("family", "model", "env", "trust_region", "extra")}
+    families: dict[str, str] = {}
+    for run in runs:
+        cfg = run.config
+        fam = families.setdefault(cfg.model, _family(cfg.model))
+        extra = {k: "-" if getattr(cfg, k) is None else format_value(getattr(cfg, k)) for k in extra_keys}
+        key = (fam, cfg.model, cfg.env, cfg.trust_region, tuple(extra.items()))
+        for dim, value in zip(order, key):
+            order[dim].setdefault(value, len(order[dim]))
+        g = groups.setdefault(key, Group(fam, cfg.model, cfg.env, cfg.trust_region, extra))
+        g.runs.append(run)
+        if run.name in tables and len(tables[run.name]):
+            g.results.append(run_result(run, tables[run.name], threshold))
+    return [groups[k] for k in sorted(groups, key=lambda k: tuple(order[d][v] for d, v in zip(order, k)))]
+
+
+def load_tables(runs: Sequence[RunSpec]) -> tuple[dict[str, MetricTable], dict[str, Run]]:
+    """Metric tables (and plot Runs) of the runs that have a metrics.jsonl."""
+    tables, loaded = {}, {}
+    for run in runs:
+        if (run.run_dir / "metrics.jsonl").is_file():
+            r = load_run(run.run_dir, warn=_quiet)
+            tables[run.name] = r.metrics
+            loaded[run.name] = r
+    return tables, loaded
+
+
+# ---- tables -------------------------------------------------------------------------------------
+
+
+def _num(v: float, metric: str) -> str:
+    if not math.isfinite(v):
+        return "-"
+    if metric == "reach":
+        return f"{v:.1f}"
+    if metric == "mismatch":
+        return f"{v:.3g}"
+    return f"{v:.3f}"
+
+
+def cell(g: Group, metric: str) -> str:
+    """`mean ± std` over the seeds (just the mean for one seed); reach adds `(k/n)` when not every
+    seed reached the threshold."""
+    s = g.stat(metric)
+    if s.n == 0:
+        return "-"
+    text = _num(s.mean, metric) if s.n == 1 else f"{_num(s.mean, metric)} ± {_num(s.std, metric)}"
+    if metric == "reach" and s.n < len(g.results):
+        text += f" ({s.n}/{len(g.results)})"
+    return text
+
+
+def _iters(g: Group) -> str:
+    ns = [r.iterations for r in g.results]
+    if not ns:
+        return "-"
+    return str(ns[0]) if min(ns) == max(ns) else f"{min(ns)}-{max(ns)}"
+
+
+def _seeds(g: Group) -> str:
+    k, n = len(g.results), len(g.runs)
+    return str(k) if k == n else f"{k}/{n}"
+
+
+def markdown_table(groups: Sequence[Group], threshold: float | None) -> str:
+    extra_keys = list(groups[0].extra) if groups else []
+    has_eval = any(g.stat("eval").n for g in groups)
+    cols = ["family", "model", "env", "trust region", *extra_keys, "seeds", "iterations", "final reward", "best reward"]
+    metrics = ["final", "best"]
+    if threshold is not None:
+        cols.append(f"iters to ≥ {format_value(threshold)}")
+        metrics.append("reach")
+    cols += ["AUC", "kept frac", "\\|π − μ\\|"]
+    metrics += ["auc", "kept", "mismatch"]
+    if has_eval:
+        cols.append("eval reward")
+        metrics.append("eval")
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for g in groups:
+        row = [g.family, f"`{g.model}`", f"`{g.env}`", g.trust_region, *g.extra.values(), _seeds(g), _iters(g)]
+        row += [cell(g, m) for m in metrics]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+CSV_METRICS = {
+    "final": "final_reward",
+    "best": "best_reward",
+    "reach": "iters_to_threshold",
+    "auc": "auc",
+    "kept": "kept_frac",
+    "mismatch": "prob_diff",
+    "eval": "eval_reward",
+}
+
+
+def csv_text(groups: Sequence[Group], study_name: str, threshold: float | None) -> str:
+    extra_keys = list(groups[0].extra) if groups else []
+    header = ["study", "family", "model", "env", "trust_region", *extra_keys, "runs", "seeds_with_metrics", "seeds",
+              "iterations_min", "iterations_max", "threshold"]
+    for name in CSV_METRICS.values():
+        header += [f"{name}_mean", f"{name}_std"]
+    header.append("reached")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+
+    def num(v: float) -> str:
+        return repr(v) if math.isfinite(v) else ""
+
+    for g in groups:
+        ns = [r.iterations for r in g.results]
+        row = [study_name, g.family, g.model, g.env, g.trust_region, *g.extra.values(), len(g.runs), len(g.results),
+               " ".join(str(r.run.seed) for r in g.results), min(ns, default=""), max(ns, default=""),
+               "" if threshold is None else repr(threshold)]
+        for metric in CSV_METRICS:
+            s = g.stat(metric)
+            row += [num(s.mean), num(s.std)]
+        row.append(g.stat("reach").n if threshold is not None else "")
+        w.writerow(row)
+    return buf.getvalue()
+
+
+def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], figures: Sequence[Path]) -> str:
+    with_metrics = sum(len(g.results) for g in groups)
+    missing = [r.name for g in groups for r in g.runs if r.name not in {x.run.name for x in g.results}]
+    thr = study.threshold
+    lines = [
+        f"# Study `{study.name}`",
+        "",
+        f"{len(runs)} runs from `{study.path}` in `{study.out}`; {with_metrics} have metrics.",
+        "",
+        "Reward is `rollout/reward_mean` (mean episode reward of an iteration's rollouts). Each cell is the mean "
+        "± std (population, ddof 0) over the seeds of the row; `seeds` counts the runs with metrics "
+        "(k/n: k of the n runs).",
+        "",
+        f"- **final reward**: mean over a run's last {LAST_N} iterations; **best reward**: its highest iteration",
+    ]
+    if thr is not None:
+        lines.append(f"- **iters to ≥ {format_value(thr)}**: the first iteration (0-based, as logged) whose reward "
+                     "is ≥ the threshold, over the seeds that reached it ((k/n) when only k did; - when none did)")
+    lines += [
+        "- **AUC**: area under the reward curve, as the mean reward over all iterations",
+        "- **kept frac**: mean `train/kept_frac` (tokens the trust region kept); **|π − μ|**: mean "
+        "`train/prob_diff_mean` (training-inference mismatch)",
+        "- **eval reward** (when runs evaluated): the last `eval/reward_mean`",
+        "",
+        markdown_table(groups, thr),
+    ]
+    if missing:
+        lines += [f"No metrics yet ({len(missing)}): " + ", ".join(f"`{m}`" for m in missing), ""]
+    if figures:
+        lines += ["Figures (one panel per env and model, one line per trust region, band: ± std over seeds):", ""]
+        lines += [f"![{p.stem}]({p.name})" for p in figures]
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ---- figures ------------------------------------------------------------------------------------
+
+
+def write_figures(study: Study, groups: Sequence[Group], loaded: dict[str, Run]) -> list[Path]:
+    """reward.png, mismatch.png, kept.png: a grid of panels (rows: models, columns: envs), one line
+    per trust region (and other varied options) with a ± std band over seeds."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    from oat_dppo.plot.figures import _save, draw_panel, series_colors
+    from oat_dppo.plot.panels import Panel
+
+    groups = [g for g in groups if g.results]
+    if not groups:
+        return []
+    models = list(dict.fromkeys((g.family, g.model) for g in groups))
+    envs = list(dict.fromkeys(g.env for g in groups))
+    labels = list(dict.fromkeys(g.label for g in groups))
+    colors = series_colors(len(labels))
+    color_of = dict(zip(labels, colors))
+    written = []
+    for stem, key, what in FIGURES:
+        if not any(loaded[r.run.name].metrics.has(key) for g in groups for r in g.results):
+            continue
+        nrows, ncols = len(models), len(envs)
+        fig = Figure(figsize=(max(6.0, 4.8 * ncols), 3.6 * nrows + 1.1), layout="constrained")
+        axes = fig.subplots(nrows, ncols, squeeze=False)
+        for i, (fam, model) in enumerate(models):
+            for j, env in enumerate(envs):
+                ax = axes[i][j]
+                here = [g for g in groups if g.model == model and g.env == env]
+                if not here:
+                    ax.set_visible(False)
+                    continue
+                series = [Series(g.label, [loaded[r.run.name] for r in g.results]) for g in here]
+                panel = Panel(stem, f"{env}\n{model} ({fam})", key)
+                draw_panel(ax, panel, series, [color_of[g.label] for g in here], "iteration", "std", 1, 1.0)
+                ax.set_title(panel.title, fontsize=9)
+                ax.set_ylabel(what if j == 0 else "", fontsize=9)
+                ax.set_xlabel("iteration", fontsize=9)
+        handles = [Line2D([], [], color=color_of[lb], lw=2, label=lb) for lb in labels]
+        try:
+            fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=9, frameon=False)
+        except (ValueError, TypeError):
+            fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=9, frameon=False)
+        fig.suptitle(f"{study.name}: {what}\nmean ± std over seeds", fontsize=11)
+        written.append(_save(fig, study.out / f"{stem}.png"))
+    return written
+
+
+# ---- all of it ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    groups: list[Group]
+    markdown: str
+    paths: list[Path]
+
+    @property
+    def runs_with_metrics(self) -> int:
+        return sum(len(g.results) for g in self.groups)
+
+
+def write_report(study: Study, runs: Sequence[RunSpec], *, figures: bool = True) -> Report:
+    """Aggregate `runs` (those with metrics) into <out>/summary.md, summary.csv and the figures."""
+    tables, loaded = load_tables(runs)
+    groups = build_groups(runs, tables, study.threshold)
+    study.out.mkdir(parents=True, exist_ok=True)
+    pngs = write_figures(study, groups, loaded) if figures and tables else []
+    md = markdown(study, groups, runs, pngs)
+    md_path, csv_path = study.out / "summary.md", study.out / "summary.csv"
+    md_path.write_text(md, encoding="utf-8")
+    csv_path.write_text(csv_text(groups, study.name, study.threshold), encoding="utf-8")
+    return Report(groups, md, [md_path, csv_path, *pngs])

@@ -1,0 +1,520 @@
+"""Study files: TOML -> checked, expanded runs (`load_study`).
+
+    [study]                      # how to run it
+    name = "smollm2_gtn"         # default: the file name without .toml
+    parallel = 1                 # runs at once (local backend)
+    out = "runs/studies/smollm2_gtn"
+    threshold = 0.5              # for "iterations to reach" in the report
+    backend = "local"            # or "oat": write launch_oat.sh instead of running
+
+    [base]                       # any option of `python -m oat_dppo.main` (TrainConfig field names)
+    model = "smollm2"
+
+    [grid]                       # lists: the cartesian product of all of them
+    trust_region = ["ppo_clip", "dppo_binary_tv"]
+    seed = [0, 1, 2]
+    variant = [{trust_region = "dppo_binary_tv", delta = 0.2}, {trust_region = "ppo_clip"}]  # bundles
+
+Every problem (unknown key, wrong type, unknown trust region or environment, a combination
+`oat_dppo.config.validate` rejects) is reported as `FILE:LINE: message` with the valid choices,
+all of them at once, before anything runs: `StudyError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+import json
+import re
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from oat_dppo.config import ConfigError, TrainConfig, to_dict, trust_region_params, validate
+from oat_dppo.study.tomlscan import TomlSpans
+
+STUDY_KEYS = {
+    "name": "the study's name (default: the file name without .toml)",
+    "parallel": "how many runs at once on the local backend (default 1)",
+    "out": "where the run directories and the report go (default runs/studies/<name>)",
+    "threshold": "reward for the 'iterations to reach' column of the report (default: no such column)",
+    "backend": '"local" (run here) or "oat" (write <out>/launch_oat.sh, run nothing) (default "local")',
+}
+TABLES = ("study", "base", "grid")
+BACKENDS = ("local", "oat")
+# Options the study runner sets itself for every run.
+RESERVED = {
+    "run_dir": "every run's directory is <out>/<run name>",
+    "resume": "the runner resumes interrupted runs itself",
+    "backend": 'choose it with backend = "local" | "oat" in [study]',
+    "progress": "runs log to <run dir>.log without a progress bar",
+}
+# Always in a run's name (in this order, seed last), whether set in [base] or [grid].
+NAME_KEYS = ("model", "env", "trust_region")
+
+FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_HINTS = typing.get_type_hints(TrainConfig)
+
+
+class StudyError(ValueError):
+    """Bad study input: `errors` holds one `FILE:LINE: message` per problem."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = sorted(errors, key=_line_of)
+        super().__init__("\n".join(self.errors))
+
+
+def _line_of(error: str) -> int:
+    m = re.match(r"[^\n]*?:(\d+): ", error)
+    return int(m.group(1)) if m else 0
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a value of a run came from: [base] key, or [grid] axis (and a bundle's key)."""
+
+    table: str  # "base" | "grid"
+    axis: str  # the key in that table
+    key: str | None = None  # inside a bundle's inline table
+
+    def describe(self) -> str:
+        return f"[{self.table}] {self.axis}" + (f".{self.key}" if self.key else "")
+
+
+@dataclass
+class RunSpec:
+    """One run of a study: its name, directory and resolved configuration."""
+
+    name: str
+    run_dir: Path
+    config: TrainConfig  # resolved: study options on top of TrainConfig's defaults, run_dir set
+    options: dict[str, Any]  # the options the study set ([base] + this grid point), TrainConfig order
+    grid: dict[str, Any]  # the options this grid point set (field -> value)
+    origins: dict[str, Origin] = field(default_factory=dict, repr=False)
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+
+@dataclass
+class Study:
+    name: str
+    path: Path
+    out: Path
+    parallel: int
+    threshold: float | None
+    backend: str
+    base: dict[str, Any]
+    runs: list[RunSpec]
+
+    def select(self, patterns: list[str] | None) -> list[RunSpec]:
+        """Runs whose name matches any pattern (a glob when it has * ? or [, else a substring)."""
+        if not patterns:
+            return list(self.runs)
+        return [r for r in self.runs if any(name_matches(r.name, p) for p in patterns)]
+
+
+def name_matches(name: str, pattern: str) -> bool:
+    import fnmatch
+
+    if any(ch in pattern for ch in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return pattern in name
+
+
+# ---- values --------------------------------------------------------------------------------------
+
+
+def _type_check(name: str, value: Any) -> tuple[Any, str | None]:
+    """(the value converted to the option's type, or an error message)."""
+    hint = _HINTS[name]
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = args[0] if len(args) == 1 else hint
+        origin = typing.get_origin(hint)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value in choices and type(value) is type(choices[0]):
+            return value, None
+        return value, f"{value!r} is not a valid {name}; valid: {', '.join(map(str, choices))}"
+    if hint is bool:
+        return (value, None) if isinstance(value, bool) else (value, f"{name} must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, None
+        return value, f"{name} must be an integer, got {value!r}"
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value), None
+        return value, f"{name} must be a number, got {value!r}"
+    if hint is str:
+        if isinstance(value, str):
+            return value, None
+        return value, f"{name} must be a string, got {value!r}"
+    return value, None  # an annotation this checker does not know: left to validate()
+
+
+def format_value(value: Any) -> str:
+    """A value as a command-line word (floats as repr, bools lowercase)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "_"
+
+
+def run_name(config: TrainConfig, grid: dict[str, Any]) -> str:
+    """`<model>__<env>__<trust region>[__<key>-<value> ...]__s<seed>`: the model, env and trust
+    region always, the other options this grid point sets in TrainConfig order, the seed last.
+    Depends only on values (not on the order of keys in the file), so it is stable."""
+    parts = [_slug(str(getattr(config, k))) for k in NAME_KEYS]
+    for name in FIELDS:
+        if name in grid and name not in NAME_KEYS and name != "seed":
+            parts.append(f"{name}-{_slug(format_value(grid[name]))}")
+    parts.append(f"s{config.seed}")
+    return "__".join(parts)
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def option_args(options: dict[str, Any]) -> list[str]:
+    """`python -m oat_dppo.main` arguments for options (TrainConfig field -> value)."""
+    args: list[str] = []
+    for name in FIELDS:
+        if name not in options:
+            continue
+        value = options[name]
+        if isinstance(value, bool):
+            args.append(flag(name) if value else "--no-" + name.replace("_", "-"))
+            continue
+        text = format_value(value)
+        if not text or text.startswith("-"):
+            args.append(f"{flag(name)}={text}")
+        else:
+            args += [flag(name), text]
+    return args
+
+
+# ---- loading -------------------------------------------------------------------------------------
+
+
+class _Checker:
+    def __init__(self, path: Path, text: str):
+        self.path = path
+        self.spans = TomlSpans(text)
+        self.errors: list[str] = []
+        self._seen: set[str] = set()
+
+    def error(self, line: int | None, message: str) -> None:
+        where = f"{self.path}:{line}" if line else f"{self.path}"
+        text = f"{where}: {message}"
+        if text not in self._seen:
+            self._seen.add(text)
+            self.errors.append(text)
+
+    def at(self, *path: str, key: str | None = None, value: Any = None) -> int | None:
+        return self.spans.line(tuple(path), key=key, value=value)
+
+
+def _suggest(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check_option(chk: _Checker, key: str, value: Any, table: str, axis: str, in_bundle: bool) -> tuple[Any, bool]:
+    """Check one option name and value; (converted value, ok)."""
+    where = (table, axis)
+    line = chk.at(*where, key=key) if in_bundle else chk.at(*where)
+    label = f"[{table}] {axis}.{key}" if in_bundle else f"[{table}] {key}"
+    if key not in FIELDS:
+        chk.error(
+            line,
+            f"{label}: unknown option {key!r}{_suggest(key, FIELDS)}; valid options (python -m oat_dppo.main "
+            f"--help): {', '.join(n for n in FIELDS if n not in RESERVED)}",
+        )
+        return value, False
+    if key in RESERVED:
+        chk.error(line, f"{label}: {key} is set by the study runner ({RESERVED[key]})")
+        return value, False
+    converted, problem = _type_check(key, value)
+    if problem:
+        chk.error(chk.at(*where, key=key if in_bundle else None, value=value) if table == "grid" else line,
+                  f"{label}: {problem}")
+        return value, False
+    return converted, True
+
+
+def _check_study_table(chk: _Checker, table: dict, default_name: str) -> dict:
+    out = {"name": default_name, "parallel": 1, "out": None, "threshold": None, "backend": "local"}
+    for key, value in table.items():
+        line = chk.at("study", key)
+        if key not in STUDY_KEYS:
+            chk.error(line, f"[study] unknown key {key!r}{_suggest(key, STUDY_KEYS)}; valid keys: {', '.join(STUDY_KEYS)}")
+            continue
+        ok = True
+        if key in ("name", "out"):
+            ok = isinstance(value, str) and value.strip() != ""
+            msg = f"[study] {key} must be a non-empty string, got {value!r}"
+        elif key == "parallel":
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            msg = f"[study] parallel must be an integer >= 1, got {value!r}"
+        elif key == "threshold":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            msg = f"[study] threshold must be a number (a reward), got {value!r}"
+            value = float(value) if ok else value
+        else:  # backend
+            ok = value in BACKENDS
+            msg = f"[study] backend {value!r} is not valid; valid: {', '.join(BACKENDS)}"
+        if not ok:
+            chk.error(line, msg)
+            continue
+        out[key] = value
+    if out["name"] != default_name and _slug(out["name"]) != out["name"]:
+        chk.error(chk.at("study", "name"), f"[study] name {out['name']!r} must use only letters, digits, '.', '_' and '-'")
+    return out
+
+
+def _check_grid(chk: _Checker, grid: dict) -> list[tuple[str, list[dict[str, Any]]]]:
+    """[grid] -> axes: (axis name, its points, each a dict of options)."""
+    axes: list[tuple[str, list[dict[str, Any]]]] = []
+    owner: dict[str, str] = {}  # option -> the axis that sets it
+    for axis, values in grid.items():
+        line = chk.at("grid", axis)
+        if not isinstance(values, list):
+            hint = f"e.g. {axis} = [{format_value(values) if not isinstance(values, str) else repr(values)}]"
+            chk.error(line, f"[grid] {axis} must be a list of values ({hint}); a fixed value goes in [base]")
+            continue
+        if not values:
+            chk.error(line, f"[grid] {axis} is an empty list: the study would have no runs")
+            continue
+        tables = [isinstance(v, dict) for v in values]
+        if any(tables) and not all(tables):
+            chk.error(line, f"[grid] {axis} mixes values and tables: give either a list of values or a list of "
+                            "inline tables (options that vary together)")
+            continue
+        points: list[dict[str, Any]] = []
+        ok = True
+        if all(tables):  # a bundle: options that vary together
+            if axis in FIELDS:
+                chk.error(line, f"[grid] {axis} is an option, so it takes a list of values; name a list of inline "
+                                "tables something that is not an option, e.g. variant = [{...}, {...}]")
+                continue
+            keys_here: set[str] = set()
+            for i, entry in enumerate(values):
+                if not entry:
+                    chk.error(line, f"[grid] {axis}: entry {i + 1} is an empty table")
+                    ok = False
+                    continue
+                point = {}
+                for key, value in entry.items():
+                    converted, good = _check_option(chk, key, value, "grid", axis, in_bundle=True)
+                    ok &= good
+                    point[key] = converted
+                    keys_here.add(key)
+                points.append(point)
+            set_keys = keys_here
+        else:
+            if axis not in FIELDS:
+                _check_option(chk, axis, values[0], "grid", axis, in_bundle=False)
+                continue
+            for value in values:
+                converted, good = _check_option(chk, axis, value, "grid", axis, in_bundle=False)
+                ok &= good
+                points.append({axis: converted})
+            set_keys = {axis}
+            if ok and len({json.dumps(v) for v in values}) < len(values):
+                dup = next(v for i, v in enumerate(values) if v in values[:i])
+                chk.error(chk.at("grid", axis, value=dup), f"[grid] {axis} lists {format_value(dup)} twice")
+                ok = False
+        for key in sorted(set_keys):
+            if key in owner:
+                chk.error(line, f"[grid] {axis} sets {key}, which [grid] {owner[key]} already varies: "
+                                "vary each option in one place (bundle them if they vary together)")
+                ok = False
+            owner.setdefault(key, axis)
+        if ok:
+            axes.append((axis, points))
+    return axes
+
+
+def _flags_in(message: str) -> list[str]:
+    """TrainConfig fields named as --flags in an error message."""
+    names = []
+    for m in re.finditer(r"--([a-z][a-z0-9-]*)", message):
+        name = m.group(1).replace("-", "_")
+        if name in FIELDS and name not in names:
+            names.append(name)
+    return names
+
+
+def _locate(chk: _Checker, run: RunSpec, names: list[str]) -> int | None:
+    """The line of the first of `names` that the study sets for this run (grid first)."""
+    origins = [(n, run.origins[n]) for n in names if n in run.origins]
+    origins.sort(key=lambda p: p[1].table != "grid")
+    for name, o in origins:
+        value = run.options.get(name)
+        if o.key is not None:
+            return chk.at(o.table, o.axis, key=o.key, value=value)
+        return chk.at(o.table, o.axis, value=value if o.table == "grid" else None)
+    return None
+
+
+def _env_problem(env: str) -> str | None:
+    """Why `env` is not a known environment id, or None (also when GEM is not installed)."""
+    from oat_dppo.envs.presets import FIRST_CLASS_ENV_IDS, LOCAL_MATH_ID, PROCEDURAL_MATH_ID, family_of
+
+    if env in FIRST_CLASS_ENV_IDS or env in (LOCAL_MATH_ID, PROCEDURAL_MATH_ID) or family_of(env) == "import":
+        return None
+    try:
+        from oat_dppo.envs._gem import gem_registry
+
+        ids = set(gem_registry())
+    except Exception:  # no GEM here: the run itself will say
+        return None
+    if env in ids:
+        return None
+    close = difflib.get_close_matches(env, sorted(ids), n=3, cutoff=0.6)
+    hint = f" did you mean {', '.join(close)}?" if close else ""
+    return (f"unknown environment {env!r};{hint} valid: any GEM id (python -m oat_dppo.envs --list), math, "
+            "math:procedural, or package.module:EnvClass")
+
+
+def _check_runs(chk: _Checker, runs: list[RunSpec]) -> None:
+    from oat_dppo.trust_region import available, make_trust_region
+
+    names = available()
+    env_checked: dict[str, str | None] = {}
+    found: dict[tuple[int | None, str], list[str]] = {}  # (line, problem) -> runs with it
+
+    def problem(line: int | None, message: str, run: RunSpec) -> None:
+        found.setdefault((line, message), []).append(run.name)
+
+    for run in runs:
+        cfg = run.config
+        try:
+            validate(cfg)
+        except ConfigError as e:
+            problem(_locate(chk, run, _flags_in(str(e))), str(e), run)
+        tr = cfg.trust_region
+        if ":" not in tr and tr not in names:
+            problem(_locate(chk, run, ["trust_region"]),
+                    f"unknown trust region {tr!r}{_suggest(tr, names)}; valid: {', '.join(names)} "
+                    "(or an import path package.module:factory)", run)
+        else:
+            params = trust_region_params(cfg)
+            try:
+                make_trust_region(tr, **params)
+            except Exception as e:  # a parameter the strategy does not take, or a bad value
+                field_of = {"C": "clip_c"}
+                where = _locate(chk, run, [field_of.get(p, p) for p in params] + ["trust_region"])
+                problem(where, f"trust region {tr}: {e}", run)
+        if cfg.env not in env_checked:
+            env_checked[cfg.env] = _env_problem(cfg.env)
+        if env_checked[cfg.env]:
+            problem(_locate(chk, run, ["env"]), env_checked[cfg.env], run)
+    for (line, message), names_hit in found.items():
+        more = f" (and {len(names_hit) - 1} more)" if len(names_hit) > 1 else ""
+        chk.error(line, f"run {names_hit[0]}{more}: {message}")
+
+
+def load_study(path: str | Path, *, parallel: int | None = None) -> Study:
+    """Read, check and expand a study file. Raises StudyError listing every problem found.
+
+    `parallel` overrides [study] parallel (and so the default --threads of every run)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise StudyError([f"{path}: cannot read the study file ({e.strerror or e})"]) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        msg = str(e)
+        m = re.search(r"\(at line (\d+), column \d+\)", msg)
+        where = f"{path}:{m.group(1)}" if m else str(path)
+        raise StudyError([f"{where}: not valid TOML: {msg}"]) from None
+    chk = _Checker(path, text)
+    for key, value in data.items():
+        if key not in TABLES:
+            chk.error(chk.at(key), f"unknown table or key {key!r}{_suggest(key, TABLES)}; a study file has the "
+                                   f"tables {', '.join(f'[{t}]' for t in TABLES)}")
+        elif not isinstance(value, dict):
+            chk.error(chk.at(key), f"{key} must be a table: [{key}]")
+    get = lambda t: data.get(t) if isinstance(data.get(t), dict) else {}  # noqa: E731
+    study = _check_study_table(chk, get("study"), path.stem)
+    if parallel is not None:
+        study["parallel"] = parallel
+    base: dict[str, Any] = {}
+    for key, value in get("base").items():
+        converted, ok = _check_option(chk, key, value, "base", key, in_bundle=False)
+        if ok:
+            base[key] = converted
+    axes = _check_grid(chk, get("grid"))
+    if chk.errors:
+        raise StudyError(chk.errors)
+
+    out = Path(study["out"] or Path("runs") / "studies" / study["name"])
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cores // study["parallel"])
+    runs: list[RunSpec] = []
+    for combo in itertools.product(*[[(axis, p) for p in points] for axis, points in axes]):
+        grid: dict[str, Any] = {}
+        origins = {k: Origin("base", k) for k in base}
+        for axis, point in combo:
+            grid.update(point)
+            for k in point:
+                origins[k] = Origin("grid", axis, k if axis not in FIELDS else None)
+        merged = {**base, **grid}
+        options = {n: merged[n] for n in FIELDS if n in merged}
+        cfg = TrainConfig(**options)
+        name = run_name(cfg, grid)
+        cfg.run_dir = str(out / name)
+        cfg.backend = study["backend"]
+        if study["backend"] == "local":  # N runs share the cores; their output goes to a log file
+            cfg.threads = options.get("threads", threads)
+            cfg.progress = False
+        runs.append(RunSpec(name, out / name, cfg, options, grid, origins))
+    by_name: dict[str, RunSpec] = {}
+    for run in runs:
+        if run.name in by_name:
+            other = by_name[run.name]
+            chk.error(_locate(chk, run, list(run.grid)) or chk.at("grid"),
+                      f"two grid points give the same run {run.name} ({_describe(other.grid)} and "
+                      f"{_describe(run.grid)}): the grid repeats a combination")
+        by_name.setdefault(run.name, run)
+    _check_runs(chk, runs)
+    if chk.errors:
+        raise StudyError(chk.errors)
+    return Study(study["name"], path, out, study["parallel"], study["threshold"], study["backend"], base, runs)
+
+
+def _describe(grid: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={format_value(v)}" for k, v in grid.items()) or "no grid values"
+
+
+def config_differences(saved: dict, run: RunSpec) -> list[str]:
+    """Options in which an existing run directory's config.json differs from the study's run
+    (bookkeeping keys such as seed-independent paths, threads or iterations aside)."""
+    from oat_dppo.plot.data import IGNORED_CONFIG_KEYS
+
+    ignore = (set(IGNORED_CONFIG_KEYS) - {"seed"}) | {"backend"}
+    want = json.loads(json.dumps(to_dict(run.config)))
+    diffs = []
+    for key, value in want.items():
+        if key in ignore or key not in saved:
+            continue
+        if saved[key] != value:
+            diffs.append(f"{key}: {format_value(saved[key])} in the run, {format_value(value)} in the study")
+    return diffs

@@ -1,0 +1,616 @@
+"""The study runner (`python -m oat_dppo.study`): parsing and grid expansion, bad input with line
+numbers, run names, the run states (skip / resume / restart), real tiny runs (resume, failure,
+Ctrl-C), the report's numbers from synthetic metrics, and the Oat launch script."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from oat_dppo.config import TrainConfig, to_dict
+from oat_dppo.study import StudyError, load_study
+from oat_dppo.study.cli import main
+from oat_dppo.study.runner import conflicts, has_checkpoint, log_path, main_command, run_state
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
+
+
+def write(tmp_path: Path, text: str, name: str = "study.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def study_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "oat_dppo.study", *args], capture_output=True, text=True,
+                          env=ENV, cwd=REPO, timeout=timeout)
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(args), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def errors_of(path: Path) -> list[str]:
+    with pytest.raises(StudyError) as e:
+        load_study(path)
+    return e.value.errors
+
+
+# ---- parsing and expansion ----------------------------------------------------------------------
+
+SMALL = """
+    [study]
+    name = "small"
+    out = "{out}"
+    threshold = 0.5
+
+    [base]
+    model = "tiny-qwen3"
+    env = "rg:arc_1d"
+    learning_rate = 3e-5
+    response_prefix = "\\\\boxed{{"
+
+    [grid]
+    variant = [
+        {{trust_region = "dppo_binary_tv", delta = 0.1}},
+        {{trust_region = "ppo_clip"}},
+    ]
+    seed = [0, 1]
+    """
+
+
+def test_grid_expands_to_the_exact_runs(tmp_path):
+    study = load_study(write(tmp_path, SMALL.format(out=tmp_path / "out")))
+    assert (study.name, study.parallel, study.threshold, study.backend) == ("small", 1, 0.5, "local")
+    assert [r.name for r in study.runs] == [
+        "tiny-qwen3__rg_arc_1d__dppo_binary_tv__delta-0.1__s0",
+        "tiny-qwen3__rg_arc_1d__dppo_binary_tv__delta-0.1__s1",
+        "tiny-qwen3__rg_arc_1d__ppo_clip__s0",
+        "tiny-qwen3__rg_arc_1d__ppo_clip__s1",
+    ]
+    first, last = study.runs[0], study.runs[-1]
+    assert first.options == {"response_prefix": "\\boxed{", "model": "tiny-qwen3", "env": "rg:arc_1d",
+                             "trust_region": "dppo_binary_tv", "delta": 0.1, "learning_rate": 3e-5, "seed": 0}
+    assert last.config.delta is None and last.config.trust_region == "ppo_clip" and last.config.seed == 1
+    assert last.run_dir == tmp_path / "out" / last.name
+    # Options the study does not set keep TrainConfig's defaults.
+    assert first.config.iterations == TrainConfig().iterations
+    # Each of N parallel runs gets cores // N torch threads (at least 1), unless [base] sets threads.
+    cores = len(os.sched_getaffinity(0))
+    assert {r.config.threads for r in study.runs} == {cores}
+    assert {r.config.threads for r in load_study(study.path, parallel=2).runs} == {max(1, cores // 2)}
+    assert {r.config.threads for r in load_study(study.path, parallel=4 * cores).runs} == {1}
+    pinned = write(tmp_path, SMALL.format(out=tmp_path / "out").replace('env = "rg:arc_1d"', 'env = "rg:arc_1d"\nthreads = 3'),
+                   "pinned.toml")
+    run = load_study(pinned, parallel=2).runs[0]
+    assert run.config.threads == 3 and main_command(run).count("--threads") == 1
+
+
+def test_commands_parse_back_to_the_resolved_config(tmp_path):
+    from oat_dppo.main import parse
+
+    study = load_study(write(tmp_path, SMALL.format(out=tmp_path / "out")))
+    for run in study.runs:
+        cmd = main_command(run)
+        assert cmd[:3] == ["python", "-m", "oat_dppo.main"]
+        assert to_dict(parse(cmd[3:])) == to_dict(run.config)
+        assert cmd[-3:] == ["--threads", str(run.config.threads), "--no-progress"]
+    assert "--response-prefix" in main_command(study.runs[0])
+
+
+def test_run_names_are_stable(tmp_path):
+    # Same runs, keys in another order, model/env moved between [base] and [grid]: same names.
+    a = write(tmp_path, """
+        [base]
+        model = "smollm2"
+        env = "game:GuessTheNumber-v0-easy"
+        [grid]
+        seed = [0, 1]
+        trust_region = ["dppo_binary_tv", "ppo_clip"]
+        """, "a.toml")
+    b = write(tmp_path, """
+        [grid]
+        trust_region = ["ppo_clip", "dppo_binary_tv"]
+        env = ["game:GuessTheNumber-v0-easy"]
+        seed = [1, 0]
+        [base]
+        model = "smollm2"
+        """, "b.toml")
+    names_a = sorted(r.name for r in load_study(a).runs)
+    assert names_a == sorted(r.name for r in load_study(b).runs)
+    assert "smollm2__game_GuessTheNumber-v0-easy__dppo_binary_tv__s0" in names_a
+    assert load_study(a).runs[0].name == load_study(a).runs[0].name  # and deterministic across loads
+    # Hub ids keep their organization (no collisions), slashes become underscores.
+    c = write(tmp_path, '[grid]\nmodel = ["Qwen/Qwen3-1.7B-Base"]\nlearning_rate = [1e-6]\n', "c.toml")
+    assert load_study(c).runs[0].name == "Qwen_Qwen3-1.7B-Base__game_GuessTheNumber-v0-easy__dppo_binary_tv__learning_rate-1e-06__s0"
+
+
+def test_example_study_files():
+    gtn = load_study(REPO / "experiments" / "smollm2_gtn.toml")
+    assert len(gtn.runs) == 9 and gtn.backend == "local"
+    cfg = gtn.runs[0].config
+    assert (cfg.model, cfg.env, cfg.response_prefix, cfg.max_new_tokens, cfg.trainable_layers, cfg.learning_rate,
+            cfg.episodes_per_iteration, cfg.iterations) == (
+        "smollm2", "game:GuessTheNumber-v0-easy", "\\boxed{", 6, 6, 3e-5, 16, 20)
+    assert {r.config.trust_region for r in gtn.runs} == {"ppo_clip", "dppo_binary_tv", "dppo_binary_kl"}
+    assert sorted({r.seed for r in gtn.runs}) == [0, 1, 2]
+    smoke = load_study(REPO / "experiments" / "tiny_smoke.toml")
+    assert len(smoke.runs) == 4 and {r.config.iterations for r in smoke.runs} == {2}
+    fam = load_study(REPO / "experiments" / "model_families.toml")
+    assert fam.backend == "oat" and len(fam.runs) == 3 * 3 * 2 * 2
+    assert {r.config.model for r in fam.runs} == {"Qwen/Qwen3-1.7B-Base", "OctoThinker/OctoThinker-3B-Hybrid-Base",
+                                                   "meta-llama/Llama-3.2-3B-Instruct"}
+    assert {(r.config.trust_region, r.config.delta) for r in fam.runs} == {("ppo_clip", None), ("dppo_binary_tv", 0.2)}
+    # Their commands mean what the files say (backend oat: the Oat command line).
+    from oat_dppo.main import parse
+
+    for study in (gtn, smoke, fam):
+        run = study.runs[-1]
+        assert to_dict(parse(main_command(run, backend=study.backend)[3:])) == to_dict(run.config)
+
+
+# ---- bad input ----------------------------------------------------------------------------------
+
+
+def test_bad_key_is_reported_with_its_line_and_the_choices(tmp_path):
+    path = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+
+        [base]
+        model = "tiny-qwen3"
+        learning_rat = 1e-5
+        [grid]
+        seed = [0, 1]
+        """)
+    proc = study_cli(str(path), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{path}:6: [base] learning_rat: unknown option 'learning_rat' (did you mean 'learning_rate'?)" in proc.stderr
+    assert "valid options" in proc.stderr and "trust_region" in proc.stderr and "episodes_per_iteration" in proc.stderr
+    assert "nothing was run" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_values_and_keys_everywhere_are_all_reported(tmp_path):
+    path = write(tmp_path, """
+        [study]
+        paralel = 2
+        backend = "slurm"
+
+        [base]
+        aggregation = "mean"
+        iterations = "10"
+        run_dir = "x"
+
+        [grid]
+        seed = 0
+        variant = [
+            {trust_region = "ppo_clip"},
+            {trust_regoin = "dppo_binary_tv"},
+        ]
+
+        [extra]
+        """)
+    errors = errors_of(path)
+    expect = [
+        (2, "[study] unknown key 'paralel' (did you mean 'parallel'?); valid keys: name, parallel, out, threshold, backend"),
+        (3, "[study] backend 'slurm' is not valid; valid: local, oat"),
+        (6, "[base] aggregation: 'mean' is not a valid aggregation; valid: token_mean, seq_mean_token_mean"),
+        (7, "[base] iterations: iterations must be an integer, got '10'"),
+        (8, "[base] run_dir: run_dir is set by the study runner"),
+        (11, "[grid] seed must be a list of values (e.g. seed = [0])"),
+        (14, "[grid] variant.trust_regoin: unknown option 'trust_regoin' (did you mean 'trust_region'?)"),
+        (17, "unknown table or key 'extra'"),
+    ]
+    assert len(errors) == len(expect), errors
+    for err, (line, text) in zip(errors, expect):
+        assert err.startswith(f"{path}:{line}: ") and text in err, (err, line, text)
+
+
+def test_bad_trust_region_name_line_and_choices(tmp_path):
+    from oat_dppo.trust_region import available
+
+    path = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+        [grid]
+        trust_region = [
+            "ppo_clip",
+            "dppo_binary_tvv",
+        ]
+        """)
+    proc = study_cli(str(path), timeout=120)
+    assert proc.returncode == 2
+    line = next(x for x in proc.stderr.splitlines() if "unknown trust region" in x)
+    assert line.startswith(f"error: {path}:6: ")
+    assert "'dppo_binary_tvv' (did you mean 'dppo_binary_tv'?)" in line
+    assert "valid: " + ", ".join(available()) in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_combination_errors_are_located(tmp_path):
+    path = write(tmp_path, """
+        [base]
+        delta = 0.1
+        episodes_per_iteration = 6
+        env = "rg:arc1d"
+
+        [grid]
+        trust_region = ["dppo_binary_tv", "ppo_clip"]
+        group_size = [2, 4]
+        """)
+    errors = errors_of(path)
+    assert len(errors) == 3, errors
+    # GEM ids are checked, with close matches (one error for the runs that share it).
+    assert errors[0].startswith(f"{path}:4: ") and "unknown environment 'rg:arc1d'" in errors[0]
+    assert "rg:arc_1d" in errors[0] and "(and 3 more)" in errors[0]
+    # ppo_clip does not take delta (set in [base]): found by building the strategy, shown at ppo_clip.
+    assert errors[1].startswith(f"{path}:7: ") and "'ppo_clip' does not take 'delta'" in errors[1]
+    # validate(): 6 episodes cannot be split into groups of 4 (the grid value's line).
+    assert errors[2].startswith(f"{path}:8: run ") and "must be a multiple of --group-size 4" in errors[2]
+
+
+def test_toml_syntax_error_has_a_line(tmp_path):
+    path = write(tmp_path, '[base]\nmodel = "tiny-qwen3"\nseed = \n')
+    errors = errors_of(path)
+    assert len(errors) == 1 and errors[0].startswith(f"{path}:3: not valid TOML")
+
+
+def test_duplicate_grid_points_and_conflicting_axes(tmp_path):
+    path = write(tmp_path, """
+        [grid]
+        seed = [0, 0]
+        """)
+    assert "lists 0 twice" in errors_of(path)[0]
+    path = write(tmp_path, """
+        [grid]
+        trust_region = ["ppo_clip"]
+        variant = [{trust_region = "dppo_binary_tv"}]
+        """)
+    err = errors_of(path)[0]
+    assert err.startswith(f"{path}:3: ") and "already varies" in err
+
+
+def test_only_and_dry_run(tmp_path):
+    path = write(tmp_path, SMALL.format(out=tmp_path / "out"))
+    code, out, _ = run_cli(str(path), "--dry-run", "--only", "ppo_clip")
+    assert code == 0
+    lines = [x for x in out.splitlines() if x.startswith("tiny-qwen3__")]
+    assert lines == ["tiny-qwen3__rg_arc_1d__ppo_clip__s0  [new]", "tiny-qwen3__rg_arc_1d__ppo_clip__s1  [new]"]
+    assert f"--run-dir {tmp_path / 'out' / 'tiny-qwen3__rg_arc_1d__ppo_clip__s0'}" in out
+    assert not (tmp_path / "out").exists()
+    code, out, _ = run_cli(str(path), "--dry-run", "--only", "*delta-0.1__s1")
+    assert code == 0 and "tiny-qwen3__rg_arc_1d__dppo_binary_tv__delta-0.1__s1  [new]" in out and "ppo_clip" not in out
+    code, _, err = run_cli(str(path), "--dry-run", "--only", "nothing-like-this")
+    assert code == 2 and "matches none of the 4 runs" in err
+
+
+# ---- run states ---------------------------------------------------------------------------------
+
+
+def fake_run(run_dir: Path, iterations: int, *, checkpoint: bool, config: dict | None = None,
+             rewards=None, extra=None) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(iterations):
+        row = {"iteration": i, "rollout/reward_mean": (rewards[i] if rewards else 0.0), "wall_time": float(i)}
+        row.update((extra or {}).get(i, {}))
+        rows.append(json.dumps(row))
+    (run_dir / "metrics.jsonl").write_text("".join(r + "\n" for r in rows))
+    if checkpoint:
+        (run_dir / "checkpoint").mkdir(exist_ok=True)
+        (run_dir / "checkpoint" / "state.pt").write_bytes(b"x")
+    if config is not None:
+        (run_dir / "config.json").write_text(json.dumps(config))
+
+
+def test_run_states_skip_resume_restart(tmp_path):
+    path = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+        [base]
+        model = "tiny-qwen3"
+        env = "rg:arc_1d"
+        iterations = 3
+        [grid]
+        seed = [0, 1, 2, 3]
+        """)
+    study = load_study(path)
+    r0, r1, r2, r3 = study.runs
+    fake_run(r0.run_dir, 3, checkpoint=True)   # finished
+    fake_run(r1.run_dir, 2, checkpoint=True)   # interrupted after 2 iterations
+    fake_run(r2.run_dir, 1, checkpoint=False)  # interrupted before its first checkpoint
+    with open(r0.run_dir / "metrics.jsonl", "a") as f:
+        f.write('{"iteration": 2, "rollout/rew')  # a line cut by a kill does not matter
+    assert [run_state(r).status for r in study.runs] == ["done", "resume", "restart", "new"]
+    assert run_state(r1).iterations_done == 2
+    cmd = main_command(r1, resume=True)
+    assert cmd[3:7] == ["--resume", str(r1.run_dir), "--iterations", "3"]
+    code, out, _ = run_cli(str(path), "--dry-run")
+    assert code == 0
+    assert f"{r0.name}  [done (skip)]" in out and f"{r1.name}  [resume at 2/3]" in out
+    assert f"{r2.name}  [restart]" in out and f"{r3.name}  [new]" in out
+    assert "1 done (skipped), 1 to resume, 2 to start" in out
+    # Raising iterations turns a finished run into one to resume.
+    path.write_text(path.read_text().replace("iterations = 3", "iterations = 4"))
+    assert run_state(load_study(path).runs[0]).status == "resume"
+
+
+def test_a_run_dir_of_another_configuration_is_refused(tmp_path):
+    path = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+        [base]
+        model = "tiny-qwen3"
+        env = "rg:arc_1d"
+        learning_rate = 3e-5
+        """)
+    run = load_study(path).runs[0]
+    saved = to_dict(run.config)
+    saved.update(threads=7, iterations=99)  # bookkeeping differences are fine
+    fake_run(run.run_dir, 1, checkpoint=True, config=saved)
+    assert conflicts([run]) == []
+    saved["learning_rate"] = 1e-5
+    (run.run_dir / "config.json").write_text(json.dumps(saved))
+    code, _, err = run_cli(str(path))
+    assert code == 2
+    assert "holds a run with another configuration (learning_rate: 1e-05 in the run, 3e-05 in the study)" in err
+
+
+# ---- the report ---------------------------------------------------------------------------------
+
+
+REPORT_STUDY = """
+    [study]
+    name = "rep"
+    out = "{out}"
+    threshold = 0.5
+    [base]
+    model = "tiny-qwen3"
+    env = "rg:arc_1d"
+    iterations = 5
+    [grid]
+    trust_region = ["ppo_clip", "dppo_binary_tv"]
+    seed = [0, 1]
+    """
+
+
+def test_report_numbers_from_synthetic_metrics(tmp_path):
+    path = write(tmp_path, REPORT_STUDY.format(out=tmp_path / "out"))
+    study = load_study(path)
+    by = {r.name: r for r in study.runs}
+    clip0, clip1 = by["tiny-qwen3__rg_arc_1d__ppo_clip__s0"], by["tiny-qwen3__rg_arc_1d__ppo_clip__s1"]
+    tv0 = by["tiny-qwen3__rg_arc_1d__dppo_binary_tv__s0"]  # tv s1 has no metrics
+    # The last-3 mean differs from the last-2, last-4 and all-iterations means in every run below.
+    # ppo_clip s0: R = 0.1 0.2 0.9 0.4 0.5 -> final 0.6, best 0.9, reach 2 (first R >= 0.5), auc 0.42
+    fake_run(clip0.run_dir, 5, checkpoint=True, rewards=[0.1, 0.2, 0.9, 0.4, 0.5],
+             extra={i: {"train/kept_frac": 1.0, "train/prob_diff_mean": 0.01} for i in range(5)} | {
+                 4: {"train/kept_frac": 0.5, "train/prob_diff_mean": 0.06, "eval/reward_mean": 0.7}})
+    # ppo_clip s1: R = 0 0.3 0 0.2 0.4 -> final 0.2, best 0.4, never reaches 0.5, auc 0.18
+    fake_run(clip1.run_dir, 5, checkpoint=True, rewards=[0.0, 0.3, 0.0, 0.2, 0.4],
+             extra={i: {"train/kept_frac": 0.7, "train/prob_diff_mean": 0.04} for i in range(5)})
+    # dppo s0, 4 iterations (partial): R = 0.5 1 0.3 0.2 -> final 0.5, best 1, reach 0, auc 0.5
+    fake_run(tv0.run_dir, 4, checkpoint=True, rewards=[0.5, 1.0, 0.3, 0.2],
+             extra={0: {"train/kept_frac": None}, 1: {"train/kept_frac": 0.8}, 2: {"train/kept_frac": 0.6},
+                    3: {"train/kept_frac": 0.7}})
+    code, out, err = run_cli(str(path), "--report")
+    assert code == 0, err
+    out_dir = tmp_path / "out"
+    rows = list(csv.DictReader(open(out_dir / "summary.csv")))
+    assert [(r["trust_region"], r["runs"], r["seeds_with_metrics"], r["seeds"]) for r in rows] == [
+        ("ppo_clip", "2", "2", "0 1"), ("dppo_binary_tv", "2", "1", "0")]
+    clip, tv = rows
+
+    def close(value: str, expected: float) -> bool:
+        return math.isclose(float(value), expected, rel_tol=1e-9, abs_tol=1e-12)
+
+    assert clip["family"] == "chatml" and clip["model"] == "tiny-qwen3" and clip["env"] == "rg:arc_1d"
+    assert close(clip["final_reward_mean"], 0.4) and close(clip["final_reward_std"], 0.2)
+    assert close(clip["best_reward_mean"], 0.65) and close(clip["best_reward_std"], 0.25)
+    assert close(clip["iters_to_threshold_mean"], 2.0) and clip["iters_to_threshold_std"] == "0.0"
+    assert clip["reached"] == "1"
+    assert close(clip["auc_mean"], 0.30) and close(clip["auc_std"], 0.12)
+    assert close(clip["kept_frac_mean"], 0.8) and close(clip["kept_frac_std"], 0.1)
+    assert close(clip["prob_diff_mean"], 0.03) and close(clip["prob_diff_std"], 0.01)
+    assert close(clip["eval_reward_mean"], 0.7) and clip["eval_reward_std"] == "0.0"
+    assert (clip["iterations_min"], clip["iterations_max"]) == ("5", "5")
+    assert close(tv["final_reward_mean"], 0.5) and close(tv["best_reward_mean"], 1.0)
+    assert close(tv["iters_to_threshold_mean"], 0.0) and close(tv["auc_mean"], 0.5)
+    assert close(tv["kept_frac_mean"], 0.7) and tv["prob_diff_mean"] == "" and tv["eval_reward_mean"] == ""
+    assert (tv["iterations_min"], tv["iterations_max"]) == ("4", "4")
+    md = (out_dir / "summary.md").read_text()
+    assert ("| chatml | `tiny-qwen3` | `rg:arc_1d` | ppo_clip | 2 | 5 | 0.400 ± 0.200 | 0.650 ± 0.250 | "
+            "2.0 (1/2) | 0.300 ± 0.120 | 0.800 ± 0.100 | 0.03 ± 0.01 | 0.700 |") in md
+    assert "| chatml | `tiny-qwen3` | `rg:arc_1d` | dppo_binary_tv | 1/2 | 4 | 0.500 | 1.000 | 0.0 | 0.500 | 0.700 | - | - |" in md
+    assert "No metrics yet (1): `tiny-qwen3__rg_arc_1d__dppo_binary_tv__s1`" in md
+    for png in ("reward.png", "mismatch.png", "kept.png"):
+        assert (out_dir / png).stat().st_size > 5000, png
+    assert "| ppo_clip |" in out and f"wrote {out_dir / 'summary.csv'}" in out
+
+
+def test_report_groups_by_model_and_other_varied_options(tmp_path):
+    path = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+        [base]
+        env = "rg:arc_1d"
+        iterations = 2
+        [grid]
+        model = ["tiny-llama", "tiny-qwen3"]
+        variant = [{{trust_region = "dppo_binary_tv", delta = 0.1}}, {{trust_region = "dppo_binary_tv", delta = 0.3}}]
+        """)
+    study = load_study(path)
+    for i, run in enumerate(study.runs):
+        fake_run(run.run_dir, 2, checkpoint=True, rewards=[0.0, float(i)])
+    code, _, err = run_cli(str(path), "--report")
+    assert code == 0, err
+    rows = list(csv.DictReader(open(tmp_path / "out" / "summary.csv")))
+    assert [(r["family"], r["model"], r["delta"], r["final_reward_mean"]) for r in rows] == [
+        ("llama3", "tiny-llama", "0.1", "0.0"), ("llama3", "tiny-llama", "0.3", "0.5"),
+        ("chatml", "tiny-qwen3", "0.1", "1.0"), ("chatml", "tiny-qwen3", "0.3", "1.5")]
+    assert "iters_to_threshold_mean" in rows[0] and rows[0]["threshold"] == ""
+    assert "iters to" not in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_report_without_metrics_is_an_error(tmp_path):
+    code, _, err = run_cli(str(write(tmp_path, REPORT_STUDY.format(out=tmp_path / "out"))), "--report")
+    assert code == 2 and "has metrics" in err
+
+
+# ---- the Oat backend ----------------------------------------------------------------------------
+
+
+def test_oat_backend_writes_the_launch_script(tmp_path):
+    path = write(tmp_path, SMALL.format(out=tmp_path / "out").replace('threshold = 0.5', 'backend = "oat"'))
+    code, out, _ = run_cli(str(path), "--dry-run")
+    assert code == 0 and not (tmp_path / "out" / "launch_oat.sh").exists()
+    code, out, _ = run_cli(str(path))
+    assert code == 0
+    script = tmp_path / "out" / "launch_oat.sh"
+    assert f"wrote {script}" in out
+    lines = script.read_text().splitlines()
+    assert lines[0] == "#!/usr/bin/env bash" and os.access(script, os.X_OK)
+    cmds = [x for x in lines if x.startswith("python ")]
+    study = load_study(path)
+    assert len(cmds) == len(study.runs) == 4
+    for cmd, run in zip(cmds, study.runs):
+        assert cmd.startswith("python -m oat_dppo.main --env rg:arc_1d ")
+        assert f"--run-dir {run.run_dir} --backend oat" in cmd and "--threads" not in cmd
+    assert "--trust-region dppo_binary_tv --delta 0.1" in cmds[0] and "--seed 1" in cmds[1]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["launch_oat.sh"]  # nothing ran
+
+
+# ---- real runs (tiny-qwen3, seconds) -------------------------------------------------------------
+
+TINY = """
+    [study]
+    name = "tiny"
+    out = "{out}"
+    parallel = {parallel}
+    [base]
+    model = "tiny-qwen3"
+    env = "rg:arc_1d"
+    max_new_tokens = 4
+    episodes_per_iteration = 2
+    mini_batch_size = 2
+    micro_batch_size = 2
+    eval_every = 0
+    log = "none"
+    iterations = {iterations}
+    [grid]
+    {grid}
+    """
+
+
+def metric_iterations(run_dir: Path) -> list[int]:
+    return [json.loads(x)["iteration"] for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+def children_of(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(entry.name))
+    return kids
+
+
+def test_failed_run_is_reported_and_the_study_goes_on(tmp_path):
+    grid = 'variant = [{seed = 0}, {seed = 1, model = "/nonexistent/model"}]'
+    path = write(tmp_path, TINY.format(out=tmp_path / "out", parallel=2, iterations=1, grid=grid))
+    good, bad = load_study(path).runs
+    code, out, err = run_cli(str(path))
+    assert code == 1, out + err
+    assert f"FAILED (exit 2): {bad.name}; log: {bad.run_dir}.log" in out
+    assert "Cannot load model '/nonexistent/model'" in out  # the log's tail
+    assert "Cannot load model" in Path(f"{bad.run_dir}.log").read_text()
+    assert f"done: {good.name} (1 iterations" in out
+    assert metric_iterations(good.run_dir) == [0]
+    assert "study tiny: 1 runs done, 1 failed" in out
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "1 have metrics" in md and f"`{bad.name}`" in md
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_checkpoints_then_resume_then_skip(tmp_path):
+    path = write(tmp_path, TINY.format(out=tmp_path / "out", parallel=1, iterations=500, grid="seed = [0]"))
+    run = load_study(path).runs[0]
+    metrics = run.run_dir / "metrics.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "oat_dppo.study", str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=ENV, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and metrics.read_text().strip() and has_checkpoint(run.run_dir)):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never logged an iteration"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # the test failed: leave no training process behind
+            for kid in children_of(proc.pid):
+                os.kill(kid, signal.SIGKILL)
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out
+    assert f"stopped: {run.name}" in out and "(checkpoint saved)" in out
+    assert f"continue with (finished runs are skipped, interrupted ones resumed):\n  python -m oat_dppo.study {path}" in out
+    assert (run.run_dir / "checkpoint" / "state.pt").exists()
+    done = len(metric_iterations(run.run_dir))
+    assert 1 <= done < 500
+    assert run_state(run).status == "resume"
+
+    # Continue, asking for one more iteration than were logged: resumed, not restarted.
+    path.write_text(path.read_text().replace("iterations = 500", f"iterations = {done + 1}"))
+    code, out2, err2 = run_cli(str(path))
+    assert code == 0, out2 + err2
+    assert f"resume after iteration {done}/{done + 1}: {run.name}" in out2
+    # Progress: elapsed, runs done / total, the run's latest iteration and reward.
+    progress = rf"\[\d+:\d\d:\d\d 0/1 done\] {re.escape(run.name)}: iteration {done + 1}/{done + 1}  reward -?\d\.\d{{3}}"
+    assert re.search(progress, out2), out2
+    assert re.search(rf"\[\d+:\d\d:\d\d 1/1 done\] done: {re.escape(run.name)}", out2), out2
+    assert metric_iterations(run.run_dir) == list(range(done + 1))
+    log = Path(f"{run.run_dir}.log").read_text()
+    assert log.count("=== ") == 2 and f"--resume {run.run_dir} --iterations {done + 1}" in log
+
+    # Everything done: nothing starts, the report is rewritten.
+    code, out3, _ = run_cli(str(path))
+    assert code == 0 and "every run is done: nothing to run" in out3
+    assert Path(f"{run.run_dir}.log").read_text().count("=== ") == 2
+    assert (tmp_path / "out" / "summary.csv").exists()
+
+
+def test_one_runner_per_study_directory(tmp_path):
+    import fcntl
+
+    path = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+        [base]
+        model = "/nonexistent/model"
+        env = "rg:arc_1d"
+        """)
+    (tmp_path / "out").mkdir()
+    with open(tmp_path / "out" / ".study.lock", "a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code, _, err = run_cli(str(path))
+    assert code == 2 and "another `python -m oat_dppo.study` is running the runs in" in err
+    assert not log_path(load_study(path).runs[0]).exists()  # nothing was started
