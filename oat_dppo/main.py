@@ -6,7 +6,6 @@ one clear line on stderr and exit status 2.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 import time
@@ -42,19 +41,33 @@ def parse(argv: list[str]) -> TrainConfig:
 
 
 def missing_for_oat() -> list[str]:
-    """What the Oat backend needs that this machine lacks."""
-    missing = []
-    for module, what in (("oat", "oat-llm==0.2.4"), ("vllm", "vllm==0.8.4"), ("launchpad", "dm-launchpad")):
-        if importlib.util.find_spec(module) is None:
-            missing.append(what)
-    try:
-        import torch
+    """What the Oat backend needs that this machine lacks (by installed distributions: the test
+    suite's vllm/launchpad import fakes make `find_spec` lie)."""
+    from oat_dppo.backends.oat.availability import missing
 
-        if not torch.cuda.is_available():
-            missing.append("a CUDA GPU")
-    except ImportError:
-        missing.append("torch")
-    return missing
+    return missing()
+
+
+def _backend_in_argv(argv: list[str]) -> str:
+    for i, a in enumerate(argv):
+        if a == "--backend" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--backend="):
+            return a.split("=", 1)[1]
+    return "auto"
+
+
+def wants_oat(argv: list[str]) -> bool:
+    """Does this command line run on the Oat backend? --backend oat; or auto (the default) where the
+    whole stack is installed, except for --resume (a local run directory)."""
+    backend = _backend_in_argv(argv)
+    if backend == "oat":
+        return True
+    if backend != "auto" or _resume_dir(argv) is not None:
+        return False
+    from oat_dppo.backends.oat.availability import missing_packages
+
+    return not missing_packages() and not missing_for_oat()  # packages first: no torch import otherwise
 
 
 def choose_backend(cfg: TrainConfig) -> str:
@@ -117,6 +130,10 @@ def run(cfg: TrainConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
+        if wants_oat(argv):  # Oat's options are not TrainConfig fields: its own parser (and --help)
+            from oat_dppo.backends.oat import main as oat_main  # noqa: PLC0415
+
+            return oat_main(argv)
         cfg = parse(argv)
         return run(cfg)
     except KeyboardInterrupt:

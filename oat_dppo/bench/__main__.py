@@ -8,6 +8,7 @@ BENCHMARKS = {
     "trust-region": "oat_dppo.bench.trust_region",
     "engine": "oat_dppo.bench.engine",
     "local": "oat_dppo.bench.local",
+    "oat": "oat_dppo.bench.oat",
 }
 
 

@@ -1,0 +1,194 @@
+"""`DPPOActor`: an Oat `PPOActor` that plays GEM episodes with the shared agent loop on vLLM.
+
+Oat calls `step(prompts, ...)` once per learner step with `rollout_batch_size_per_device` prompt
+slots per learner (the prompts themselves are placeholders, see `learner._SlotDataset`). For each
+slot the actor starts `num_samples` (= `--group-size`) episodes from one environment seed, plays them
+with `oat_dppo.agent.play_episodes` (one batched vLLM call per turn over all live episodes, mu and
+mu's top-K recorded by `VLLMEngine`), assigns per-turn advantages with the shared
+`assign_advantages` (whole groups in one place), and sends one transition per turn:
+
+* single-turn environments (math, reasoning-gym): exactly slots x group size transitions;
+* multi-turn games: every turn is a transition (as in GEM's Oat examples); rounds of episodes are
+  played until there are enough turns, then a uniform sample of exactly slots x group size is sent,
+  because Oat's collector splits the list evenly between the learners of an actor.
+
+Rollout metrics travel in each transition's `info` (the same small dict in all of them, which Oat's
+collector averages into the `actor/...` logs); per-token arrays never do.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from typing import Any, Sequence
+
+from oat.algorithms.ppo import PPOActor
+
+from oat_dppo.agent import PromptFormat, assign_advantages, play_episodes
+from oat_dppo.backends.local import build_envs, build_trust_region, derive_seed, episode_metrics, resolve_template
+from oat_dppo.backends.oat.args import to_train_config
+from oat_dppo.backends.oat.data import DPPOTransitionData, transition_from_turn
+from oat_dppo.backends.oat.engine import VLLMEngine
+
+# Rounds of episodes one step may play before it gives up (every episode failing is a broken env).
+MAX_ROUNDS = 8
+# What an evaluation reports (fixed keys: the learner broadcasts them to every rank).
+EVAL_KEYS = ("episodes", "reward_mean", "success_rate", "turns_mean", "response_tokens_mean", "well_formed_rate",
+             "length_truncated_rate")
+
+
+def combine_eval(results: Sequence[dict]) -> dict[str, float]:
+    """Episode-weighted means of several actors' `evaluate_episodes` results."""
+    total = sum(r.get("episodes", 0.0) for r in results)
+    out = {k: math.nan for k in EVAL_KEYS}
+    out["episodes"] = float(total)
+    if total:
+        for k in EVAL_KEYS[1:]:
+            vals = [(r["episodes"], r[k]) for r in results if r.get("episodes") and not math.isnan(r.get(k, math.nan))]
+            w = sum(n for n, _ in vals)
+            out[k] = sum(n * v for n, v in vals) / w if w else math.nan
+    return out
+
+
+class DPPOActor(PPOActor):
+    def init(self, actor_id, save_path):
+        args = self.args
+        self.cfg = to_train_config(args)
+        self.trust_region = build_trust_region(self.cfg)
+        self.topk = int(getattr(self.trust_region, "topk", 0))
+        # Before vLLM is built: requests for more log-probs than max_logprobs are rejected.
+        self.vllm_args["max_logprobs"] = max(int(args.vllm_max_logprobs or 20), self.topk)
+        super().init(actor_id, save_path)  # vllm.LLM, tokenizer, Oat's sampling params, no oracle
+        self.setup_agent()
+
+    def setup_agent(self) -> None:
+        """Everything the agent loop needs, from `self.llm`, `self.tokenizer` and `self.args`."""
+        import vllm
+
+        args = self.args
+        tok = self.tokenizer
+        self.cfg = getattr(self, "cfg", None) or to_train_config(args)
+        if not hasattr(self, "topk"):
+            self.topk = int(getattr(build_trust_region(self.cfg), "topk", 0))
+        self.prompt = PromptFormat(tok, resolve_template(self.cfg, tok), args.system_prompt, args.response_prefix)
+        max_context = args.max_model_len or _engine_max_len(self.llm)
+        # As the HF engine: the tokenizer's EOS and the pad token end a response (vLLM adds the model's
+        # generation-config EOS ids itself).
+        stop = [i for i in (tok.eos_token_id, tok.pad_token_id) if i is not None]
+        common = dict(max_context=max_context, stop_token_ids=stop)
+        self.engine = VLLMEngine(self._generate_tokens, vllm.SamplingParams, temperature=args.temperature,
+                                 top_p=args.top_p, top_k=args.top_k, **common)
+        self.eval_engine = VLLMEngine(self._generate_tokens, vllm.SamplingParams, temperature=args.eval_temperature,
+                                      top_p=args.eval_top_p, top_k=args.eval_top_k, **common)
+        self.seed_base = time.time_ns() % (1 << 31) if args.rnd_seed else args.seed
+        self.steps_done = 0
+        self._envs: list = []
+        self._eval_envs: list = []
+        self._rng = random.Random(derive_seed(self.seed_base, "oat-subsample", getattr(self, "actor_id", 0)))
+
+    # -- vLLM ------------------------------------------------------------------------------------------
+    def _generate_tokens(self, prompts: list, params: list) -> list:
+        """`vllm.LLM.generate` on token-id prompts, with Oat's LoRA request (--lora-sync-only) and its
+        `generate_mode` flag (the learner waits on it before an asynchronous weight sync)."""
+        lora = None
+        if getattr(self, "use_lora_req", False) and getattr(self, "lora_path", None):
+            from vllm.lora.request import LoRARequest
+
+            lora = LoRARequest(os.path.basename(self.lora_path), hash(self.lora_path), self.lora_path)
+        self.generate_mode = True
+        try:
+            return self.llm.generate(prompts, sampling_params=params, lora_request=lora, use_tqdm=False)
+        finally:
+            self.generate_mode = False
+
+    # -- environments ------------------------------------------------------------------------------------
+    def _envs_for(self, n: int, *, for_eval: bool) -> list:
+        """n environment instances (built once, grown when a step needs more; episodes reset them with
+        their own seeds, so which instance plays which episode does not matter)."""
+        pool = self._eval_envs if for_eval else self._envs
+        if len(pool) < n:
+            for env in pool:
+                env.close()
+            pool[:] = build_envs(self.cfg, n, for_eval=for_eval)
+        return pool[:n]
+
+    # -- Oat's entry points ------------------------------------------------------------------------------
+    def step(self, prompts: list[str], formatted_prompts: list[str], references: list[str] | None = None):
+        assert not self.eval_mode
+        transitions, _ = self.rollout(len(prompts))
+        return self.ipc_client.serialize_ipc(transitions)
+
+    def rollout(self, n_slots: int) -> tuple[list[DPPOTransitionData], dict[str, float]]:
+        """Exactly `n_slots x num_samples` transitions (see the module docstring) and their metrics."""
+        args = self.args
+        g = max(int(args.num_samples), 1)
+        want = n_slots * g
+        actor_id = getattr(self, "actor_id", 0)
+        pool, played = [], []
+        totals = {"env_errors": 0, "context_truncations": 0, "generate_time": 0.0, "env_time": 0.0}
+        errors: list[str] = []
+        rounds = 0
+        while len(pool) < want:
+            if rounds >= MAX_ROUNDS:
+                raise RuntimeError(
+                    f"{rounds} rounds of {want} episodes on {args.env} gave only {len(pool)} trainable turns "
+                    f"(env errors: {totals['env_errors']}; first: {errors[:2]})"
+                )
+            seeds = [derive_seed(self.seed_base, "oat-train", actor_id, self.steps_done, rounds, s)
+                     for s in range(n_slots) for _ in range(g)]
+            episodes, stats = play_episodes(
+                self.engine, self._envs_for(len(seeds), for_eval=False), seeds, self.prompt,
+                max_new_tokens=args.generate_max_length, topk=self.topk,
+                generation_seed=derive_seed(self.seed_base, "oat-gen", actor_id, self.steps_done, rounds),
+            )
+            assign_advantages(episodes, args.advantage, gamma=args.gamma)
+            played += episodes
+            pool += [t for e in episodes if e.error is None for t in e.turns if t.response_ids]
+            totals["env_errors"] += stats.env_errors
+            totals["context_truncations"] += stats.context_truncations
+            totals["generate_time"] += stats.generate_seconds
+            totals["env_time"] += stats.env_seconds
+            errors += stats.error_messages
+            rounds += 1
+        dropped = len(pool) - want
+        if dropped:
+            keep = sorted(self._rng.sample(range(len(pool)), want))
+            pool = [pool[i] for i in keep]
+        info = {f"actor/{k}": float(v) for k, v in episode_metrics(played).items() if k != "reward_std"}
+        info.update({f"actor/{k}": float(v) for k, v in totals.items()})
+        info["actor/rollout_rounds"] = float(rounds)
+        info["actor/turns_dropped"] = float(dropped)
+        self.steps_done += 1
+        return [transition_from_turn(t, ignore_no_eos=args.ignore_no_eos, info=info) for t in pool], info
+
+    def evaluate_episodes(self, seeds: Sequence[int]) -> dict[str, float]:
+        """Held-out episodes with Oat's eval sampling (--eval-temperature/top-p/top-k), no top-K."""
+        args = self.args
+        seeds = [int(s) for s in seeds]
+        if not seeds:
+            return {"episodes": 0.0}
+        episodes, _ = play_episodes(
+            self.eval_engine, self._envs_for(len(seeds), for_eval=True), seeds, self.prompt,
+            max_new_tokens=args.eval_generate_max_length or args.generate_max_length, topk=0,
+            generation_seed=derive_seed(self.seed_base, "oat-eval", self.steps_done),
+        )
+        m = episode_metrics(episodes)
+        return {k: float(m.get(k, math.nan)) for k in EVAL_KEYS}
+
+
+def _engine_max_len(llm: Any) -> int | None:
+    """vLLM's resolved max_model_len (the model's context unless --max-model-len is given)."""
+    for path in (("llm_engine", "model_config", "max_model_len"), ("llm_engine", "vllm_config", "model_config", "max_model_len")):
+        obj = llm
+        for name in path:
+            obj = getattr(obj, name, None)
+            if obj is None:
+                break
+        if isinstance(obj, int):
+            return obj
+    return None
+
+
+__all__ = ["DPPOActor", "EVAL_KEYS", "MAX_ROUNDS", "combine_eval"]

@@ -1,0 +1,407 @@
+"""Benchmark: the local backend end to end (HF `generate` rollout + learner update) on real GEM envs.
+
+    python -m oat_dppo.bench local [--model tiny-qwen3|smollm2|both] [--env ID[,ID...]] [--episodes 16]
+        [--iterations 3] [--warmup 1] [--max-new-tokens 64] [--response-prefix '\\boxed{']
+        [--compare-turns 16] [--reps 3] [--threads 1]
+
+For each model x env it builds a `LocalTrainer` (no logging, no eval, no checkpoints), runs `warmup`
+untimed iterations, then `iterations` timed ones, and reports three things:
+
+1. Throughput: episodes/s over the iteration wall time, generated tokens/s over the time inside
+   `engine.generate`, trained tokens/s (prompt + response tokens, as the trainer's own
+   `perf/train_tokens_per_s`) over the learner's update time.
+2. Where the iteration time goes. Timers are patched into this process only (nothing in the library
+   changes): `engine.generate`; the learner's forward (`policy_logprobs`: model, log-softmax, gather,
+   entropy), `Tensor.backward`, and its optimizer (`clip_grad_norm_` + `optimizer.step`); and, to
+   explain the rest, the env's `reset`/`step`, `collate` and the trust region + `aggregate`. The share
+   of the wall time outside generate + forward + backward + optimizer is compared with the 10% target.
+3. The learner against a bare loop on the same collated micro-batches (captured from the last
+   timed update, at most `compare_turns` turns): `Learner.update` vs a minimal
+   `forward -> log_softmax gather -> (-logp * adv).mean() -> backward -> optimizer.step()` with the
+   same micro-batches per step and the same optimizer. Two bare loops: `bare` runs the LM head on the
+   hidden states that predict response tokens only (what the learner does, the fair baseline, used for
+   the 90% target) and `bare-full` calls `model(input_ids, attention_mask)` for all [B, T, V] logits.
+   Round-robin repetitions, fastest of `reps`, in wall time and in process CPU time. With one thread
+   the CPU time is the work itself and barely moves when other jobs take the core away (measured on
+   one SmolLM2 micro-batch: wall 16-26 s, CPU 11.9-13.1 s), so its ratio is the steadier one.
+   The turns come from the last iteration played (a warm-up one when `iterations` is 0, which skips
+   the first two tables: a quick way to rerun only the comparison with more `reps`).
+
+The machine is shared and noisy: compare only ratios measured in one run. One intra-op thread by
+default, as in the trust-region benchmark: on a shared 2-core machine OpenMP threads that wait for a
+busy core stall every op by a scheduler slice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+MODELS = ("tiny-qwen3", "smollm2")
+DEFAULT_ENVS = "game:GuessTheNumber-v0-easy,rg:arc_1d"
+TARGET_OUTSIDE_SHARE = 0.10  # at most this share of an iteration outside generate + fwd/bwd/optimizer
+TARGET_LEARNER_VS_BARE = 0.90  # learner tokens/s at least this fraction of the bare loop's
+
+
+@dataclass
+class Config:
+    model: str = "both"
+    env: str = DEFAULT_ENVS
+    episodes: int = 16
+    iterations: int = 3
+    warmup: int = 1
+    max_new_tokens: int = 64
+    response_prefix: str = "\\boxed{"
+    trust_region: str = "dppo_binary_tv"
+    mini_batch_size: int = 16
+    micro_batch_size: int = 4
+    compare_turns: int = 16  # turns in the learner-vs-bare comparison (0: the whole last batch)
+    reps: int = 3
+    threads: int = 1
+    seed: int = 0
+
+    def models(self) -> list[str]:
+        return list(MODELS) if self.model == "both" else [m.strip() for m in self.model.split(",") if m.strip()]
+
+    def envs(self) -> list[str]:
+        return [e.strip() for e in self.env.split(",") if e.strip()]
+
+
+# ---------------------------------------------------------------------------------------------
+# timers patched into one trainer (restored on exit)
+# ---------------------------------------------------------------------------------------------
+
+BUCKETS = ("generate", "forward", "backward", "optimizer", "env", "collate", "trust_region")
+
+
+@dataclass
+class Timers:
+    seconds: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in BUCKETS})
+    _depth: int = 0  # nesting guard: a timed call inside another timed call is not counted twice
+
+    def wrap(self, bucket: str, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            if self._depth:
+                return fn(*args, **kwargs)
+            self._depth += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[bucket] += time.perf_counter() - t0
+                self._depth -= 1
+
+        return timed
+
+
+class Patches:
+    """Attribute replacements undone in reverse order; an attribute an instance did not hold itself
+    (a bound method) is deleted again rather than set, so the class's method shows through."""
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[Any, str, bool, Any]] = []
+
+    def set(self, obj, name: str, new) -> None:
+        own = name in getattr(obj, "__dict__", {})
+        self._undo.append((obj, name, own, getattr(obj, name)))
+        setattr(obj, name, new)
+
+    def undo(self) -> None:
+        for obj, name, own, old in reversed(self._undo):
+            if own:
+                setattr(obj, name, old)
+            else:
+                delattr(obj, name)
+        self._undo.clear()
+
+
+@contextlib.contextmanager
+def instrument(trainer) -> Any:
+    """Patch timers around the pieces of `trainer.train_iteration`; yields the `Timers`."""
+    import oat_dppo.learner.learner as learner_mod
+
+    timers = Timers()
+    learner = trainer.learner
+    patches = Patches()
+    patches.set(trainer.engine, "generate", timers.wrap("generate", trainer.engine.generate))
+    patches.set(learner_mod, "policy_logprobs", timers.wrap("forward", learner_mod.policy_logprobs))
+    patches.set(learner_mod, "collate", timers.wrap("collate", learner_mod.collate))
+    patches.set(learner_mod, "aggregate", timers.wrap("trust_region", learner_mod.aggregate))
+    patches.set(learner, "trust_region", timers.wrap("trust_region", learner.trust_region))
+    patches.set(torch.Tensor, "backward", timers.wrap("backward", torch.Tensor.backward))
+    patches.set(torch.nn.utils, "clip_grad_norm_", timers.wrap("optimizer", torch.nn.utils.clip_grad_norm_))
+    patches.set(learner.optimizer, "step", timers.wrap("optimizer", learner.optimizer.step))
+    for env in trainer.envs:
+        patches.set(env, "reset", timers.wrap("env", env.reset))
+        patches.set(env, "step", timers.wrap("env", env.step))
+    try:
+        yield timers
+    finally:
+        patches.undo()
+
+
+# ---------------------------------------------------------------------------------------------
+# learner vs a bare loop on the same micro-batches
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def capture_update(learner) -> Any:
+    """Record the turns of each `learner.update` call and, per optimizer step, the micro-batches it
+    collated (a step's batches are those collated since the previous `optimizer.step`)."""
+    import oat_dppo.learner.learner as learner_mod
+
+    seen: dict[str, list] = {"turns": [], "steps": [], "pending": []}
+    update, collate, step = learner.update, learner_mod.collate, learner.optimizer.step
+
+    def update_spy(turns, rng):
+        seen.update(turns=list(turns), steps=[], pending=[])
+        return update(turns, rng)
+
+    def collate_spy(*args, **kwargs):
+        batch = collate(*args, **kwargs)
+        seen["pending"].append(batch)
+        return batch
+
+    def step_spy(*args, **kwargs):
+        seen["steps"].append(seen["pending"])
+        seen["pending"] = []
+        return step(*args, **kwargs)
+
+    patches = Patches()
+    patches.set(learner, "update", update_spy)
+    patches.set(learner_mod, "collate", collate_spy)
+    patches.set(learner.optimizer, "step", step_spy)
+    try:
+        yield seen
+    finally:
+        patches.undo()
+
+
+def bare_update(model, optimizer, steps: list[list], *, full_logits: bool, device) -> None:
+    """The minimal policy-gradient loop the learner is measured against."""
+    model.train()
+    head = model.get_output_embeddings()
+    decoder = model.get_decoder()
+    for micro_batches in steps:
+        optimizer.zero_grad(set_to_none=True)
+        for batch in micro_batches:
+            batch = batch.to(device)
+            ids, attn, resp = batch.input_ids, batch.attention_mask.long(), batch.response_mask
+            b_idx, t_idx = resp.nonzero(as_tuple=True)
+            if full_logits:
+                logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[b_idx, t_idx - 1]
+            else:
+                hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+                logits = head(hidden[b_idx, t_idx - 1])
+            logp = logits.float().log_softmax(-1).gather(-1, ids[b_idx, t_idx][:, None])[:, 0]
+            (-logp * batch.advantages[b_idx, 0]).mean().backward()
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    model.eval()
+
+
+def compare_learner(trainer, turns: list, cfg: Config) -> dict:
+    """Tokens/s of `Learner.update` and of the bare loops on the same micro-batches, fastest of `reps`.
+
+    One untimed `update` on the turns captures the learner's micro-batches and optimizer steps (its
+    shuffle is seeded, so every timed `update` repeats exactly those)."""
+    learner = trainer.learner
+    if cfg.compare_turns:
+        turns = turns[: cfg.compare_turns]
+    with capture_update(learner) as seen:
+        learner.update(turns, random.Random(cfg.seed))
+    steps = seen["steps"]
+    batches = [b for step in steps for b in step]
+    processed = sum(int(b.attention_mask.sum()) for b in batches)
+    trained = sum(int(b.response_mask.sum()) for b in batches)
+    runs: dict[str, Callable[[], Any]] = {
+        "learner": lambda: learner.update(turns, random.Random(cfg.seed)),
+        "bare": lambda: bare_update(trainer.model, learner.optimizer, steps, full_logits=False, device=trainer.device),
+        "bare_full": lambda: bare_update(trainer.model, learner.optimizer, steps, full_logits=True, device=trainer.device),
+    }
+    wall: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(cfg.reps):  # round-robin, so load drifts hit every variant alike
+        for k, fn in runs.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    out = dict(cmp_turns=len(turns), cmp_micro_batches=len(batches), cmp_steps=len(steps),
+               cmp_processed_tokens=processed, cmp_trained_tokens=trained)
+    for k in runs:
+        out[f"cmp_{k}_s"] = min(wall[k])
+        out[f"cmp_{k}_median_s"] = statistics.median(wall[k])
+        out[f"cmp_{k}_cpu_s"] = min(cpu[k])
+        out[f"cmp_{k}_tok_s"] = processed / min(wall[k])
+    for k in ("bare", "bare_full"):
+        out[f"learner_vs_{k}"] = out[f"cmp_{k}_s"] / out["cmp_learner_s"]
+        out[f"learner_vs_{k}_cpu"] = out[f"cmp_{k}_cpu_s"] / out["cmp_learner_cpu_s"]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# one model x env
+# ---------------------------------------------------------------------------------------------
+
+
+def make_trainer(model: str, env: str, cfg: Config, run_dir: str):
+    from oat_dppo.backends.local import LocalTrainer
+    from oat_dppo.config import TrainConfig
+    from oat_dppo.rundir import RunDir
+
+    tc = TrainConfig(
+        model=model, env=env, response_prefix=cfg.response_prefix, episodes_per_iteration=cfg.episodes,
+        iterations=cfg.warmup + cfg.iterations, max_new_tokens=cfg.max_new_tokens, trust_region=cfg.trust_region,
+        mini_batch_size=cfg.mini_batch_size, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
+        threads=cfg.threads, device="cpu", log="none", progress=False, eval_every=0, log_episodes=0,
+    )
+    return LocalTrainer(tc, RunDir(run_dir))
+
+
+def run_one(model: str, env: str, cfg: Config) -> dict:
+    with tempfile.TemporaryDirectory(prefix="oat_dppo_bench_local_") as run_dir:
+        trainer = make_trainer(model, env, cfg, run_dir)
+        try:
+            totals = dict(wall=0.0, episodes=0.0, turns=0.0, gen_tokens=0.0, prompt_tokens=0.0, train_s=0.0, env_s=0.0)
+            with capture_update(trainer.learner) as seen:
+                for it in range(cfg.warmup):
+                    trainer.train_iteration(it)
+                with instrument(trainer) as timers:
+                    for it in range(cfg.warmup, cfg.warmup + cfg.iterations):
+                        t0 = time.perf_counter()
+                        row = trainer.train_iteration(it)
+                        totals["wall"] += time.perf_counter() - t0
+                        turns = seen["turns"]
+                        totals["episodes"] += row.get("rollout/episodes", 0.0)
+                        totals["turns"] += len(turns)
+                        totals["gen_tokens"] += sum(t.num_tokens for t in turns)
+                        totals["prompt_tokens"] += sum(len(t.prompt_ids) for t in turns)
+                        totals["train_s"] += row["time/train_s"]
+                        totals["env_s"] += row["time/env_s"]
+                    sec = dict(timers.seconds)
+                last_turns = seen["turns"]
+            cmp = compare_learner(trainer, last_turns, cfg) if last_turns and cfg.reps > 0 else {}
+        finally:
+            trainer.close()
+    wall = totals["wall"]
+    core = sec["generate"] + sec["forward"] + sec["backward"] + sec["optimizer"]
+    outside = wall - core
+    rest = outside - sec["env"] - sec["collate"] - sec["trust_region"]
+    out = dict(
+        model=model, env=env, iterations=cfg.iterations, wall=wall, **{f"{k}_s": v for k, v in sec.items()},
+        episodes=totals["episodes"], turns=totals["turns"], gen_tokens=totals["gen_tokens"],
+        prompt_tokens=totals["prompt_tokens"], train_s=totals["train_s"],
+        episodes_per_s=totals["episodes"] / wall if wall else math.nan,
+        generated_tok_s=totals["gen_tokens"] / sec["generate"] if sec["generate"] else math.nan,
+        trained_tok_s=(totals["gen_tokens"] + totals["prompt_tokens"]) / totals["train_s"] if totals["train_s"] else math.nan,
+        outside_s=outside, outside_share=outside / wall if wall else math.nan, rest_s=rest,
+    )
+    out.update(cmp)
+    return out
+
+
+def run(cfg: Config, progress: Callable[[str], None] | None = None) -> list[dict]:
+    torch.set_num_threads(cfg.threads)
+    rows = []
+    for model in cfg.models():
+        for env in cfg.envs():
+            if progress:
+                progress(f"{model} on {env} ...")
+            rows.append(run_one(model, env, cfg))
+            gc.collect()  # free one model (and its optimizer state) before the next loads
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# tables
+# ---------------------------------------------------------------------------------------------
+
+
+def _ok(good: bool) -> str:
+    return "ok" if good else "MISSED"
+
+
+def format_table(rows: list[dict], cfg: Config) -> str:
+    lines = [
+        f"local backend, {cfg.episodes} episodes/iteration, {cfg.iterations} timed iterations after {cfg.warmup} warm-up, "
+        f"max_new_tokens {cfg.max_new_tokens}, response prefix {cfg.response_prefix!r}, trust region {cfg.trust_region}, "
+        f"mini/micro batch {cfg.mini_batch_size}/{cfg.micro_batch_size}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} thread(s)",
+        "",
+        "Throughput (totals over the timed iterations)",
+        "",
+        "| model | env | turns/episode | response tok/turn | prompt tok/turn | s/iteration | episodes/s | generated tok/s | trained tok/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    timed = [r for r in rows if r["iterations"] > 0]
+    for r in timed:
+        turns = max(r["turns"], 1)
+        lines.append(
+            f"| {r['model']} | {r['env']} | {r['turns'] / max(r['episodes'], 1):.2f} | {r['gen_tokens'] / turns:.1f} | "
+            f"{r['prompt_tokens'] / turns:.1f} | {r['wall'] / r['iterations']:.2f} | {r['episodes_per_s']:.3f} | "
+            f"{r['generated_tok_s']:.1f} | {r['trained_tok_s']:.1f} |"
+        )
+    lines += [
+        "",
+        "Share of the iteration wall time (outside = not in generate, forward, backward, optimizer; "
+        "env, collate, trust region and rest are its parts)",
+        "",
+        "| model | env | generate | forward | backward | optimizer | outside | target | env | collate | trust region | rest |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in timed:
+        w = r["wall"] or math.nan
+        pct = lambda k: f"{100 * r[k] / w:.1f}%"  # noqa: E731
+        lines.append(
+            f"| {r['model']} | {r['env']} | {pct('generate_s')} | {pct('forward_s')} | {pct('backward_s')} | "
+            f"{pct('optimizer_s')} | **{pct('outside_s')}** | <= {100 * TARGET_OUTSIDE_SHARE:.0f}% "
+            f"({_ok(r['outside_share'] <= TARGET_OUTSIDE_SHARE)}) | {pct('env_s')} | {pct('collate_s')} | "
+            f"{pct('trust_region_s')} | {pct('rest_s')} |"
+        )
+    cmp_rows = [r for r in rows if "learner_vs_bare" in r]
+    if cmp_rows:
+        lines += [
+            "",
+            f"Learner vs bare loop on the same micro-batches (processed = prompt + response tokens; fastest of {cfg.reps} "
+            "round-robin repetitions; ratios in wall time, and in process CPU time, the steadier one on a shared machine)",
+            "",
+            "| model | env | turns | micro-batches | steps | processed tok | learner tok/s | bare tok/s | "
+            "learner / bare (wall) | learner / bare (CPU) | target | bare-full tok/s | learner / bare-full (wall) | (CPU) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in cmp_rows:
+            ok = _ok(min(r["learner_vs_bare"], r["learner_vs_bare_cpu"]) >= TARGET_LEARNER_VS_BARE)
+            lines.append(
+                f"| {r['model']} | {r['env']} | {r['cmp_turns']} | {r['cmp_micro_batches']} | {r['cmp_steps']} | "
+                f"{r['cmp_processed_tokens']} | {r['cmp_learner_tok_s']:.1f} | {r['cmp_bare_tok_s']:.1f} | "
+                f"**{r['learner_vs_bare']:.3f}** | **{r['learner_vs_bare_cpu']:.3f}** | >= {TARGET_LEARNER_VS_BARE} ({ok}) | "
+                f"{r['cmp_bare_full_tok_s']:.1f} | {r['learner_vs_bare_full']:.3f} | {r['learner_vs_bare_full_cpu']:.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m oat_dppo.bench local", description=__doc__.split("\n\n")[0])
+    for f, v in vars(Config()).items():
+        p.add_argument(f"--{f.replace('_', '-')}", dest=f, type=type(v), default=v)
+    cfg = Config(**vars(p.parse_args(argv)))
+    for m in cfg.models():
+        if m not in MODELS:
+            p.error(f"--model {m!r}: expected one of {', '.join(MODELS)} or both")
+    rows = run(cfg, progress=lambda s: print(s, file=sys.stderr, flush=True))
+    print(format_table(rows, cfg), flush=True)
+    return 0

@@ -1,0 +1,64 @@
+"""Smoke test of the local-backend benchmark (`python -m oat_dppo.bench local`): tiny model, seconds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import oat_dppo.learner.learner as learner_mod
+from oat_dppo.bench import __main__ as bench_main
+from oat_dppo.bench import local
+
+
+@pytest.fixture
+def keep_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_local_benchmark_numbers_and_table(keep_threads):
+    originals = (torch.Tensor.backward, torch.nn.utils.clip_grad_norm_, learner_mod.collate,
+                 learner_mod.policy_logprobs, learner_mod.aggregate)
+    cfg = local.Config(model="tiny-qwen3", env="game:GuessTheNumber-v0-easy", episodes=2, iterations=1, warmup=0,
+                       max_new_tokens=8, reps=1)
+    rows = local.run(cfg)
+    assert len(rows) == 1
+    r = rows[0]
+    for key in ("wall", "episodes_per_s", "generated_tok_s", "trained_tok_s", "generate_s", "forward_s", "backward_s",
+                "optimizer_s", "cmp_learner_tok_s", "cmp_bare_tok_s", "cmp_bare_full_tok_s", "learner_vs_bare"):
+        assert math.isfinite(r[key]) and r[key] > 0, (key, r[key])
+    assert r["episodes"] == 2 and r["cmp_steps"] == 1 and r["cmp_micro_batches"] == 1
+    # the pieces are disjoint parts of the wall time
+    assert 0 <= r["outside_share"] < 1
+    assert r["generate_s"] + r["forward_s"] + r["backward_s"] + r["optimizer_s"] + r["outside_s"] == pytest.approx(r["wall"])
+    assert r["rest_s"] >= -1e-6
+    # every timer patched into torch and the learner module is gone again
+    assert (torch.Tensor.backward, torch.nn.utils.clip_grad_norm_, learner_mod.collate,
+            learner_mod.policy_logprobs, learner_mod.aggregate) == originals
+
+    table = local.format_table(rows, cfg)
+    assert "| tiny-qwen3 | game:GuessTheNumber-v0-easy |" in table
+    assert "learner / bare" in table and "outside" in table
+    assert table.count("\n|---") == 3  # throughput, time shares, learner vs bare
+    assert r["learner_vs_bare_cpu"] > 0 and r["cmp_learner_cpu_s"] > 0
+
+
+def test_local_benchmark_is_registered_and_checks_models(capsys):
+    assert bench_main.BENCHMARKS["local"] == "oat_dppo.bench.local"
+    with pytest.raises(SystemExit):
+        local.main(["--model", "gpt-9"])
+    assert "expected one of" in capsys.readouterr().err
+    assert local.Config(model="both").models() == ["tiny-qwen3", "smollm2"]
+    assert local.Config(env="a, b").envs() == ["a", "b"]
+
+
+def test_local_benchmark_comparison_only(keep_threads):
+    """--iterations 0: the comparison runs on the warm-up iteration's turns; only its table prints."""
+    cfg = local.Config(model="tiny-qwen3", env="rg:arc_1d", episodes=2, iterations=0, warmup=1, max_new_tokens=4, reps=1)
+    rows = local.run(cfg)
+    assert rows[0]["cmp_learner_tok_s"] > 0 and rows[0]["cmp_turns"] == 2
+    table = local.format_table(rows, cfg)
+    assert table.count("\n|---") == 3 and table.count("| tiny-qwen3 | rg:arc_1d |") == 1

@@ -1,0 +1,291 @@
+"""The Oat backend's command line: `DPPOArgs` (Oat's PPOArgs + the local options), its validation,
+`--backend oat --help` without vLLM, the launch path up to the GPU check, and the experiment
+scripts' dry runs. Learner and actor: tests/test_oat_backend_{learner,actor}.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import oat_fakes
+
+oat_fakes.install()
+if importlib.util.find_spec("oat") is None:
+    pytest.skip("oat-llm is not installed; `make setup-oat` (docs/dev_oat_cpu.md)", allow_module_level=True)
+
+import oat_harness as H  # noqa: E402,F401  (imports Oat with the fakes, so PPOArgs is the real class)
+from oat.algorithms.ppo import PPOArgs  # noqa: E402
+
+from oat_dppo.backends.oat import args as A  # noqa: E402
+from oat_dppo.backends.oat.availability import missing, missing_packages  # noqa: E402
+from oat_dppo.backends.oat.source_fields import oat_ppo_args_fields  # noqa: E402
+from oat_dppo.config import ConfigError, TrainConfig  # noqa: E402
+from oat_dppo.main import wants_oat  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((REPO / "experiments" / "paper_g3").glob("*.sh"))
+SCRIPTS = [s for s in SCRIPTS if s.name != "common.sh"]
+
+
+def resolve(*argv: str, world_size: int | None = None):
+    args = A.parse(list(argv))
+    notes = A.finalize(args, world_size=world_size)
+    return args, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# DPPOArgs: one command line for both backends
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_local_option_has_a_route_on_oat():
+    routes = A.option_routes()
+    assert set(routes) == {f.name for f in dataclasses.fields(TrainConfig)}
+    names = {f.name for f in dataclasses.fields(A.DPPOArgs)}
+    for name, route in routes.items():
+        if route.startswith("alias:"):
+            assert route[6:] in names, name
+        else:
+            assert name in names, (name, route)
+
+
+def test_dppo_args_extend_the_real_ppo_args():
+    assert A.OAT_ARGS_SOURCE == "oat" and issubclass(A.DPPOArgs, PPOArgs)
+    assert A.DPPOArgs.__module__ == "oat_dppo.backends.oat.args"  # launchpad pickles it by reference
+    args = A.DPPOArgs()
+    assert pickle.loads(pickle.dumps(args)) == args
+
+
+def test_oat_fields_read_from_source_match_the_real_class():
+    """The stand-in used for --help where vLLM is missing has PPOArgs's fields and defaults."""
+    fields = oat_ppo_args_fields()
+    real = dataclasses.fields(PPOArgs)
+    assert [f.name for f in fields] == [f.name for f in real]
+    for src, f in zip(fields, real):
+        if f.default_factory is not dataclasses.MISSING:
+            assert src.default_factory() == f.default_factory(), f.name
+        else:
+            assert src.default == f.default, f.name
+        src.type()  # every annotation evaluates
+    assert sum(bool(f.help) for f in fields) >= 50  # Oat documents about a third of its fields
+
+
+def test_without_oat_at_all_the_local_options_still_parse():
+    cls = A._build(None)  # what --help shows where oat-llm is not installed
+    names = {f.name for f in dataclasses.fields(cls)}
+    assert {"env", "trust_region", "delta", "topk", "temperature", "vllm_max_logprobs"} <= names
+    import tyro
+
+    assert tyro.cli(cls, args=["--trust-region", "dppo_topk_kl", "--topk", "8"]).topk == 8
+
+
+def test_a_local_command_line_parses_with_the_same_names():
+    args, notes = resolve(
+        "--model", "org/m", "--max-new-tokens", "8", "--group-size", "4", "--mini-batch-size", "64",
+        "--micro-batch-size", "2", "--max-grad-norm", "0.5", "--eval-every", "10", "--save-every", "5",
+        "--run-dir", "out/r", "--wandb-project", "p", "--env", "rg:arc_1d", "--trust-region", "dppo_binary_kl",
+        "--delta", "0.04", "--C", "3", "--template", "qwen3", "--advantage", "group", "--threads", "1",
+        "--no-progress", "--log", "wandb", "--learning-rate", "2e-6", "--seed", "7", "--gpus", "8", "--collocate",
+    )
+    assert (args.pretrain, args.generate_max_length, args.num_samples) == ("org/m", 8, 4)
+    assert (args.train_batch_size, args.train_batch_size_per_device, args.max_norm) == (64, 2, 0.5)
+    assert (args.eval_steps, args.save_steps, args.save_path, args.wb_project) == (10, 5, "out/r", "p")
+    assert (args.trust_region, args.delta, args.clip_c, args.advantage) == ("dppo_binary_kl", 0.04, 3.0, "group")
+    assert (args.learning_rate, args.seed, args.use_wb) == (2e-6, 7, True)
+    assert any("--threads" in n and "--progress" in n for n in notes)
+
+
+def test_oat_spellings_work_too():
+    args, _ = resolve("--pretrain", "org/m", "--generate_max_length", "16", "--num_samples", "2",
+                      "--train_batch_size", "32", "--trust_region", "ppo_clip", "--cliprange", "0.1", "--gpus", "8",
+                      "--collocate", "--rollout_batch_size", "64", "--rollout-batch-size-per-device", "8",
+                      "--pi-buffer-maxlen-per-device", "16")
+    assert (args.pretrain, args.generate_max_length, args.num_samples, args.train_batch_size) == ("org/m", 16, 2, 32)
+    assert (args.eps_low, args.eps_high) == (0.1, 0.1)  # Oat's symmetric clip
+
+
+def test_derived_settings():
+    args, _ = resolve("--env", "game:Sudoku-v0-easy", "--trust-region", "dppo_topk_kl", "--gpus", "8", "--collocate")
+    assert args.generate_max_length == 4096 and args.eval_generate_max_length == 4096  # GEM's budget
+    assert args.gamma == 0.9  # games
+    assert args.aggregation == "seq_sum_constant_length"  # Oat's drgrpo
+    assert args.vllm_max_logprobs == 20
+    assert (args.tis_c, args.beta, args.use_fused_lm_head, args.algo) == (None, 0.0, False, "PPO")
+    args, _ = resolve("--env", "rg:arc_1d", "--critic-type", "grpo", "--gpus", "8", "--collocate")
+    assert (args.gamma, args.aggregation) == (1.0, "seq_mean_token_mean")
+    args, notes = resolve("--episodes-per-iteration", "256", "--group-size", "8", "--gpus", "8")  # 4 learners
+    assert (args.rollout_batch_size, args.rollout_batch_size_per_device) == (32, 8)
+    assert args.pi_buffer_maxlen_per_device == 64  # one learning round per learner
+    args, _ = resolve("--iterations", "3", "--gpus", "8", "--collocate")
+    assert args.max_train > 10**12
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--temperature", "0.7"], "use temperature 1, top_p 1, top_k -1"),
+        (["--top-p", "0.9"], "use temperature 1, top_p 1, top_k -1"),
+        (["--top-k", "50"], "use temperature 1, top_p 1, top_k -1"),
+        (["--trust-region", "dppo_topk_tv", "--topk", "64", "--vllm-max-logprobs", "20"], "raise it to at least 64"),
+        (["--tis-c", "2"], "--behavior recompute for Oat's TIS"),
+        (["--critic-type", "ppo"], "--critic-type ppo"),
+        (["--beta", "0.1"], "no reference model"),
+        (["--reinforce-update"], "--trust-region pg_is"),
+        (["--trust-region", "dppo_binary_tv", "--cliprange", "0.2"], "--cliprange sets the ratio clip"),
+        (["--trust-region", "dppo_binary_tvv"], "Did you mean 'dppo_binary_tv'"),
+        (["--trust-region", "ppo_clip", "--delta", "0.2"], "does not take 'delta'"),
+        (["--trainable-layers", "2"], "--lora-rank"),
+        (["--resume", "runs/x"], "--resume-dir"),
+        (["--env", "math"], "--math-data"),
+        (["--pi-buffer-maxlen-per-device", "8"], "would drop data"),
+        (["--rollout-batch-size", "100"], "must be a multiple of 8 learner GPUs"),
+        (["--train-batch-size", "12"], "must be a multiple of"),
+        (["--train-batch-size", "256"], "straddles two rounds"),
+        (["--episodes-per-iteration", "100", "--group-size", "8"], "must be a multiple of --group-size 8"),
+    ],
+)
+def test_each_violation_is_one_clear_message(argv, needle):
+    with pytest.raises(ConfigError) as e:
+        resolve("--gpus", "8", "--collocate", *argv)
+    msg = str(e.value)
+    assert needle in msg and "\n" not in msg, msg
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line in a fresh process (no fakes: this machine has no vLLM, launchpad or GPU)
+# ---------------------------------------------------------------------------------------------
+
+
+def run_cli(*argv: str, module: str = "oat_dppo.main", timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no tests/ on the path: no fakes
+    environ.update(HF_HUB_OFFLINE="1", **env)
+    return subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, env=environ)
+
+
+def test_backend_oat_help_lists_oat_and_local_options_without_vllm():
+    p = run_cli("--backend", "oat", "--help")
+    assert p.returncode == 0, p.stderr[-2000:]
+    for flag in ("--vllm-gpu-ratio", "--collocate", "--vllm-sleep", "--zero-stage", "--lora-rank", "--tis-c",
+                 "--num-ppo-epochs", "--model", "--pretrain", "--env", "--trust-region", "--delta", "--topk",
+                 "--group-size", "--template", "--vllm-max-logprobs", "--max-new-tokens"):
+        assert flag in p.stdout, flag
+    assert "read from Oat's installed sources" in p.stdout
+
+
+def test_backend_oat_without_the_stack_exits_2_and_names_what_is_missing():
+    p = run_cli("--backend", "oat", "--env", "rg:arc_1d", "--gpus", "8")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "vllm==0.8.4" in p.stderr and "dm-launchpad" in p.stderr and "docs/gpu.md" in p.stderr
+
+
+def test_availability_is_not_fooled_by_the_fakes():
+    import vllm  # noqa: F401  (the fake, importable in this process)
+
+    assert "vllm==0.8.4" in missing_packages() and "dm-launchpad" in missing_packages()
+    assert "a CUDA GPU" in missing()
+    assert wants_oat(["--backend", "oat"])
+    assert not wants_oat(["--env", "rg:arc_1d"])  # auto: local here
+    assert not wants_oat(["--backend", "local"])
+
+
+def test_launch_stops_at_oats_gpu_check_with_one_line():
+    from oat_dppo.backends.oat.program import launch
+
+    args = A.parse(["--gpus", "8", "--collocate"])
+    with pytest.raises(ConfigError, match="0 GPUs available, but 8 required"):
+        launch(args)
+
+
+def test_launch_accepts_a_train_config():
+    from oat_dppo.backends.oat.program import from_train_config
+
+    cfg = TrainConfig(env="rg:acre", model="org/m", group_size=4, mini_batch_size=32, trust_region="ppo_clip",
+                      eps_high=0.3, max_new_tokens=64)
+    args = from_train_config(cfg)
+    assert (args.env, args.pretrain, args.num_samples, args.train_batch_size) == ("rg:acre", "org/m", 4, 32)
+    assert (args.trust_region, args.eps_high, args.generate_max_length) == ("ppo_clip", 0.3, 64)
+
+
+def test_node_classes_live_in_importable_modules():
+    from oat_dppo.backends.oat.actor import DPPOActor
+    from oat_dppo.backends.oat.learner import DPPOLearner
+
+    for cls in (DPPOActor, DPPOLearner, A.DPPOArgs):
+        assert cls.__module__.startswith("oat_dppo.backends.oat.")
+        assert pickle.loads(pickle.dumps(cls)) is cls  # by reference
+
+
+# ---------------------------------------------------------------------------------------------
+# experiments/paper_g3: every script's --dry-run resolves every arm
+# ---------------------------------------------------------------------------------------------
+
+EXPECTED = {
+    "sudoku.sh": ("game:Sudoku-v0-easy", "Qwen/Qwen3-1.7B-Base", {"ppo_clip", "dppo_binary_tv"}),
+    "arc1d.sh": ("rg:arc_1d", "Qwen/Qwen3-1.7B-Base", {"ppo_clip", "dppo_binary_tv"}),
+    "acre.sh": ("rg:acre", "Qwen/Qwen3-1.7B-Base", {"ppo_clip", "dppo_binary_tv"}),
+    "math_octothinker.sh": ("math:Math12K", "OctoThinker/OctoThinker-3B-Hybrid-Base", {"ppo_clip", "dppo_binary_tv"}),
+    "sanity_test.sh": ("math", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+                       {"pg_is", "cispo", "ppo_clip", "dppo_binary_tv", "dppo_binary_kl"}),
+}
+
+
+def parse_dry_run(out: str) -> list[dict[str, str]]:
+    configs, cur = [], None
+    for line in out.splitlines():
+        if line.startswith("# oat_dppo --backend oat"):
+            cur = {}
+            configs.append(cur)
+        elif cur is not None and " = " in line and not line.startswith("#"):
+            k, v = line.split(" = ", 1)
+            cur[k] = v
+    return configs
+
+
+def test_every_script_is_covered():
+    assert {s.name for s in SCRIPTS} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_experiment_script_dry_run(script):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHON=sys.executable, HF_HUB_OFFLINE="1")
+    p = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True, timeout=180, cwd=REPO, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    configs = parse_dry_run(p.stdout)
+    env_id, model, strategies = EXPECTED[script.name]
+    commands = [line for line in p.stdout.splitlines() if line.startswith(f"# {script.stem} / ")]
+    assert len(commands) == len(configs) >= 2
+    assert {c["trust_region"].strip("'") for c in configs} == strategies
+    for c in configs:
+        assert c["env"] == repr(env_id) and c["pretrain"] == repr(model)
+        assert (c["temperature"], c["top_p"], c["top_k"]) == ("1.0", "1.0", "-1")
+        assert c["gpus"] == "8" and c["collocate"] == "True" and c["beta"] == "0.0"
+        if c["trust_region"] == "'dppo_binary_tv'" and script.name != "sanity_test.sh":
+            assert c["delta"] == "0.2"  # the paper's G.3 threshold
+    # The printed command of each arm parses as a full command line here (no GPU needed to parse).
+    first = commands[0].split(": ", 1)[1].split()
+    assert first[:5] == [sys.executable, "-m", "oat_dppo.main", "--backend", "oat"]
+    args = A.parse(first[5:])
+    assert args.env == env_id
+
+
+def test_script_arm_selection_and_unknown_arm():
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHON=sys.executable)
+    script = str(REPO / "experiments" / "paper_g3" / "arc1d.sh")
+    p = subprocess.run(["bash", script, "--dry-run", "--arm", "dppo_binary_tv", "--seed", "3"], capture_output=True,
+                       text=True, timeout=120, cwd=REPO, env=env)
+    configs = parse_dry_run(p.stdout)
+    assert p.returncode == 0 and len(configs) == 1 and configs[0]["seed"] == "3"
+    p = subprocess.run(["bash", script, "--dry-run", "--arm", "nope"], capture_output=True, text=True, timeout=60,
+                       cwd=REPO, env=env)
+    assert p.returncode == 2 and "unknown arm 'nope'" in p.stderr

@@ -1,0 +1,326 @@
+"""The Oat backend's actor side on CPU: `VLLMEngine`'s extraction of mu and mu's top-K from
+vLLM-shaped outputs (the fake's `vllm.outputs` / `vllm.sequence.Logprob`, vLLM 0.8.4's layout), and
+`DPPOActor` playing real GEM episodes through the shared agent loop over a stand-in for `vllm.LLM`
+whose outputs are sampled from a real tiny HF model. The real `vllm.LLM` is never constructed
+(Oat's `ActorBase.init` retries it for about two minutes); `vllm.LLM` is replaced by the stand-in.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import math
+import pickle
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+
+import oat_fakes
+
+oat_fakes.install()
+if importlib.util.find_spec("oat") is None:
+    pytest.skip("oat-llm is not installed; `make setup-oat` (docs/dev_oat_cpu.md)", allow_module_level=True)
+
+import oat_harness as H  # noqa: E402
+import vllm  # noqa: E402  (the fake where vLLM is missing)
+from oat.args import default_args_validation  # noqa: E402
+from vllm.outputs import CompletionOutput, RequestOutput  # noqa: E402
+from vllm.sequence import Logprob  # noqa: E402
+
+from oat_dppo.agent import PromptFormat, play_episodes  # noqa: E402
+from oat_dppo.backends.oat.actor import DPPOActor, combine_eval  # noqa: E402
+from oat_dppo.backends.oat.args import DPPOArgs, finalize  # noqa: E402
+from oat_dppo.backends.oat.data import DPPOTransitionData  # noqa: E402
+from oat_dppo.backends.oat.engine import VLLMEngine, generation_from_completion  # noqa: E402
+from oat_dppo.backends.oat.learner import DPPOLearner  # noqa: E402
+from oat_dppo.engine.base import PromptTooLongError  # noqa: E402
+from oat_dppo.envs import make_env  # noqa: E402
+
+NINF = float("-inf")
+
+
+def completion(token_ids, maps, finish="stop"):
+    return CompletionOutput(index=0, text="", token_ids=token_ids, cumulative_logprob=None, logprobs=maps,
+                            finish_reason=finish)
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction from vLLM-shaped outputs
+# ---------------------------------------------------------------------------------------------
+
+
+def test_sampled_token_inside_and_outside_the_topk():
+    K = 3
+    maps = [
+        # position 0: sampled 11 is the top-2 token: K entries
+        {10: Logprob(-0.5, 1), 11: Logprob(-1.0, 2), 12: Logprob(-2.0, 3)},
+        # position 1: sampled 99 has rank 7: K + 1 entries (vLLM adds it)
+        {20: Logprob(-0.1, 1), 21: Logprob(-3.0, 2), 22: Logprob(-4.0, 3), 99: Logprob(-6.5, 7)},
+    ]
+    g = generation_from_completion(completion([11, 99], maps), topk=K)
+    assert g.response_ids == [11, 99]
+    assert g.logprobs.dtype == np.float32 and g.logprobs.tolist() == [-1.0, -6.5]
+    assert g.topk_ids.shape == (2, K + 1) and g.topk_ids.dtype == np.int64
+    assert g.topk_ids.tolist() == [[10, 11, 12, -1], [20, 21, 22, 99]]
+    assert g.topk_logprobs[0, :K].tolist() == [-0.5, -1.0, -2.0] and g.topk_logprobs[0, K] == NINF
+    assert g.topk_logprobs[1].tolist() == pytest.approx([-0.1, -3.0, -4.0, -6.5])
+    assert g.finish_reason == "stop"
+
+
+def test_topk_order_is_by_logprob_and_inf_entries_are_kept_as_vllm_gives_them():
+    K = 4
+    # Dict order is arbitrary; a -inf entry (a masked vocabulary slot that made the top-K) stays a
+    # real slot with mu = 0, as the HF engine records it; a short map leaves unused slots.
+    maps = [{7: Logprob(NINF, 3), 5: Logprob(-0.2, 1), 6: Logprob(-1.9, 2)}]
+    g = generation_from_completion(completion([5], maps, finish="length"), topk=K)
+    assert g.topk_ids.tolist() == [[5, 6, 7, -1, -1]]
+    assert g.topk_logprobs[0, :2].tolist() == pytest.approx([-0.2, -1.9])
+    assert np.isneginf(g.topk_logprobs[0, 2:]).all()
+    assert g.finish_reason == "length"
+
+
+def test_tied_rank_at_the_boundary_counts_by_entries():
+    # vLLM ranks the sampled token by "how many are strictly better": a tie can give it rank <= K
+    # although it is not among the K returned ids. K + 1 entries means it is outside.
+    K = 2
+    maps = [{1: Logprob(-0.5, 1), 2: Logprob(-1.0, 2), 3: Logprob(-1.0, 2)}]
+    g = generation_from_completion(completion([3], maps), topk=K)
+    assert g.topk_ids.tolist() == [[1, 2, 3]]
+
+
+def test_binary_strategies_get_only_the_sampled_logprob():
+    maps = [{4: Logprob(-0.7, 2), 9: Logprob(-0.2, 1)}]  # logprobs=1: top-1 + sampled
+    g = generation_from_completion(completion([4], maps), topk=0)
+    assert g.logprobs.tolist() == pytest.approx([-0.7]) and g.topk_ids is None and g.topk_logprobs is None
+
+
+@pytest.mark.parametrize("maps", [None, [{}], [{1: Logprob(-1.0, 1)}, {2: Logprob(-1.0, 1)}]])
+def test_missing_or_misaligned_logprobs_raise(maps):
+    with pytest.raises(RuntimeError, match="log-prob"):
+        generation_from_completion(completion([3], maps), topk=0)
+
+
+def test_engine_builds_one_request_per_prompt_and_checks_the_context():
+    seen = {}
+
+    def generate_fn(prompts, params):
+        seen["prompts"], seen["params"] = prompts, params
+        return [RequestOutput(str(i), None, p["prompt_token_ids"], None,
+                              [completion([1], [{1: Logprob(-0.1, 1)}])], True) for i, p in enumerate(prompts)]
+
+    eng = VLLMEngine(generate_fn, vllm.SamplingParams, max_context=10, stop_token_ids=[2, 0, 2])
+    gens = eng.generate([[5, 6, 7], [5] * 8], max_new_tokens=4, topk=3, seed=100)
+    assert len(gens) == 2
+    p0, p1 = seen["params"]
+    assert (p0.max_tokens, p1.max_tokens) == (4, 2)  # cut to the context
+    assert (p0.temperature, p0.top_p, p0.top_k, p0.n) == (1.0, 1.0, -1, 1)
+    assert p0.logprobs == 3 and p0.stop_token_ids == [2, 0]
+    assert (p0.seed, p1.seed) == (100, 101)  # group members share a prompt, not a sample
+    assert seen["prompts"][0] == {"prompt_token_ids": [5, 6, 7]}
+    with pytest.raises(PromptTooLongError) as e:
+        eng.generate([[1] * 3, [1] * 10], max_new_tokens=4)
+    assert e.value.indices == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# A stand-in for vllm.LLM: vLLM-shaped outputs sampled from a real tiny HF model
+# ---------------------------------------------------------------------------------------------
+
+
+class StandInLLM:
+    """`generate(prompts, sampling_params=[...], lora_request=None, use_tqdm=False)` as vLLM 0.8.4's
+    LLM: token-id prompts in, RequestOutputs with per-position `{token_id: Logprob(logprob, rank)}`
+    maps out (top-`logprobs` entries ranked from 1, plus the sampled token with its rank when it is
+    outside them), log-probs of the raw logits at temperature 1. Built from a tiny HF model."""
+
+    instances: list = []
+
+    def __init__(self, *, hf_model, hf_tokenizer, **vllm_args):
+        self.vllm_args = vllm_args
+        self.model, self.tokenizer = hf_model, hf_tokenizer
+        self.calls = 0
+        StandInLLM.instances.append(self)
+
+    def get_tokenizer(self):
+        return self.tokenizer
+
+    @torch.no_grad()
+    def generate(self, prompts, sampling_params=None, lora_request=None, use_tqdm=True):
+        self.calls += 1
+        outs = []
+        for i, (prompt, sp) in enumerate(zip(prompts, sampling_params)):
+            assert sp.logprobs is not None and sp.logprobs <= self.vllm_args.get("max_logprobs", 20)
+            gen = torch.Generator().manual_seed(sp.seed if sp.seed is not None else i)
+            ids = torch.tensor([prompt["prompt_token_ids"]])
+            new, maps, finish, past = [], [], "length", None
+            for _ in range(sp.max_tokens):
+                out = self.model(input_ids=ids, past_key_values=past, use_cache=True)  # KV cache: fast
+                past = out.past_key_values
+                logp = out.logits[0, -1].float().log_softmax(-1)  # [V]
+                tok = int(torch.multinomial(logp.exp(), 1, generator=gen))
+                top_lp, top_ids = logp.topk(sp.logprobs)
+                entry = {int(t): Logprob(float(lp), r + 1) for r, (t, lp) in enumerate(zip(top_ids, top_lp))}
+                if tok not in entry:
+                    entry[tok] = Logprob(float(logp[tok]), int((logp > logp[tok]).sum()) + 1)
+                new.append(tok)
+                maps.append(entry)
+                ids = torch.tensor([[tok]])
+                if tok in (sp.stop_token_ids or []):
+                    finish = "stop"
+                    break
+            outs.append(RequestOutput(str(i), None, prompt["prompt_token_ids"], None,
+                                      [completion(new, maps, finish)], True))
+        return outs
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # Many tiny forwards: on a shared 2-core machine a second intra-op thread makes each ~10x slower.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return H.byte_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return H.tiny_policy(tok, "qwen3", seed=3).eval()
+
+
+def dppo_args(**overrides) -> DPPOArgs:
+    kw = {**H.CPU_ARGS, **H.SMALL_ARGS, "env": "game:GuessTheNumber-v0-easy", "template": "qwen3",
+          "response_prefix": "\\boxed{7} ",
+          "generate_max_length": 6, "max_model_len": 4096, "max_turns": 3, **overrides}
+    args = DPPOArgs(**kw)
+    finalize(args, world_size=1)
+    return default_args_validation(args)
+
+
+def make_actor(args, model, tok) -> DPPOActor:
+    """Oat's own constructor and `init` (ours, then ActorBase's), with vllm.LLM replaced."""
+    import oat.actors.base
+
+    def no_retry(seconds):  # ActorBase.init retries a failing vllm.LLM(...) for ~2 min: fail now
+        raise AssertionError("vllm.LLM(...) raised inside ActorBase.init (see the printed error)")
+
+    actor = DPPOActor(ipc_server=None, vllm_args={"model": "tiny"}, args=args)
+    with mock.patch.object(vllm, "LLM", lambda **kw: StandInLLM(hf_model=model, hf_tokenizer=tok, **kw)), \
+            mock.patch.object(oat.actors.base.time, "sleep", no_retry):
+        actor.init(0, "/nonexistent")
+    return actor
+
+
+@torch.no_grad()
+def teacher_forced(model, prompt_ids, response_ids):
+    ids = torch.tensor([list(prompt_ids) + list(response_ids)])
+    return model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float().log_softmax(-1)  # [L, V]
+
+
+def test_play_episodes_with_vllm_engine_on_a_real_multi_turn_env(tok, model):
+    """The shared agent loop over VLLMEngine: mu and mu's top-K are the model's distribution at the
+    recorded positions, across turns of a real GEM game; a sampled token outside the top-K lands in
+    slot K."""
+    K = 2  # a near-uniform random model samples outside its top-2 almost always
+    llm = StandInLLM(hf_model=model, hf_tokenizer=tok, max_logprobs=20)
+    engine = VLLMEngine(lambda p, s: llm.generate(p, s), vllm.SamplingParams, max_context=4096,
+                        stop_token_ids=[tok.eos_token_id])
+    envs = [make_env("game:GuessTheNumber-v0-easy", seed=i, max_turns=3) for i in range(3)]
+    # A pre-filled guess keeps the game going (a random model writes no well-formed action).
+    prompt = PromptFormat(tok, "qwen3", response_prefix="\\boxed{7} ")
+    episodes, stats = play_episodes(engine, envs, [11, 12, 13], prompt, max_new_tokens=5, topk=K, generation_seed=7)
+    turns = [t for e in episodes for t in e.turns]
+    assert stats.env_errors == 0 and len(turns) >= 4 and max(len(e.turns) for e in episodes) > 1  # multi-turn
+    outside = 0
+    for t in turns:
+        lp = teacher_forced(model, t.prompt_ids, t.response_ids)  # [L, V]
+        resp = torch.tensor(t.response_ids)
+        assert np.allclose(t.behavior_logprobs, lp.gather(1, resp[:, None])[:, 0].numpy(), atol=1e-5)
+        top_lp, top_ids = lp.topk(K)
+        assert (t.topk_ids[:, :K] == top_ids.numpy()).all()
+        assert np.allclose(t.topk_logprobs[:, :K], top_lp.numpy(), atol=1e-5)
+        inside = (top_ids == resp[:, None]).any(-1).numpy()
+        assert (t.topk_ids[:, K] == np.where(inside, -1, resp.numpy())).all()
+        outside += int((~inside).sum())
+    assert outside > 0
+    for e in envs:
+        e.close()
+
+
+def test_actor_init_sets_max_logprobs_before_vllm_is_built(tok, model):
+    args = dppo_args(trust_region="dppo_topk_kl", topk=32, vllm_max_logprobs=None)
+    assert args.vllm_max_logprobs == 32
+    actor = make_actor(args, model, tok)
+    assert actor.llm.vllm_args["max_logprobs"] == 32
+    assert "worker_extension_cls" in actor.llm.vllm_args  # Oat's ActorBase.init ran
+    assert actor.topk == 32 and actor.oracle is None
+
+
+@pytest.mark.parametrize("group_size", [1, 2])
+def test_actor_rollout_sends_exact_counts_of_picklable_transitions(tok, model, group_size):
+    K = 3
+    args = dppo_args(trust_region="dppo_topk_tv", topk=K, num_samples=group_size,
+                     advantage="group" if group_size > 1 else "batch_norm")
+    actor = make_actor(args, model, tok)
+    transitions, info = actor.rollout(n_slots=3)
+    assert len(transitions) == 3 * group_size  # what Oat's collector splits between learners
+    assert all(isinstance(t, DPPOTransitionData) for t in transitions)
+    assert {tuple(sorted(t.info)) for t in transitions} == {tuple(sorted(info))}  # one structure: averaged by Oat
+    assert all(isinstance(v, float) for v in info.values())
+    assert info["actor/episodes"] >= 3 * group_size / args.max_turns
+    for t in transitions:
+        L = len(t.response_ids)
+        assert len(t.response_logprobs) == L and len(t.rewards) == L
+        assert t.topk_ids.shape == (L, K + 1) and t.topk_ids.dtype == np.int32
+        assert t.topk_logprobs.dtype == np.float32
+        assert t.advantage is not None and math.isfinite(t.advantage)
+        lp = teacher_forced(model, t.prompt_ids, t.response_ids)
+        assert np.allclose(t.response_logprobs, lp.gather(1, torch.tensor(t.response_ids)[:, None])[:, 0], atol=1e-5)
+    # Through Oat's plasma store the list is pickled: classes by reference, arrays intact.
+    back = pickle.loads(pickle.dumps(transitions))
+    assert type(back[0]) is DPPOTransitionData and (back[0].topk_ids == transitions[0].topk_ids).all()
+
+
+def test_actor_step_serializes_through_oats_ipc_client(tok, model):
+    args = dppo_args()
+    actor = make_actor(args, model, tok)
+    store = {}
+
+    class Ipc:  # stands in for Oat's plasma client (launchpad's courier node is not available here)
+        def serialize_ipc(self, data):
+            store["blob"] = pickle.dumps(data)
+            return b"handle"
+
+    actor.ipc_client = Ipc()
+    assert actor.step(["", ""], ["", ""]) == b"handle"
+    assert len(pickle.loads(store["blob"])) == 2 * args.num_samples
+
+
+def test_actor_transitions_train_the_learner_end_to_end(tok, model):
+    """Actor transitions (multi-turn, top-K) -> Oat's dataset -> DPPOLearner.learning_step."""
+    K = 3
+    args = dppo_args(trust_region="dppo_topk_kl", topk=K)
+    actor = make_actor(args, model, tok)
+    transitions, _ = actor.rollout(n_slots=8 // args.num_samples)
+    policy = copy.deepcopy(model)  # the module-scoped model stays the actor's
+    learner = H.make_stock_learner(args=args, learner_cls=DPPOLearner, model=policy, tokenizer=tok)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    info, _ = H.run_learning_step(learner, H.collate(learner, transitions))
+    assert float(info["prob_diff_mean"]) < 1e-4  # mu from the stand-in "vLLM" == the learner's pi
+    assert float(info["kept_frac"]) == 1.0
+    assert any(float((p.detach() - before[n]).abs().max()) > 0 for n, p in policy.named_parameters())
+
+
+def test_actor_evaluation_and_combination(tok, model):
+    actor = make_actor(dppo_args(eval_temperature=1.0), model, tok)
+    r = actor.evaluate_episodes([1, 2, 3])
+    assert r["episodes"] == 3.0 and 0.0 <= r["success_rate"] <= 1.0
+    both = combine_eval([r, {"episodes": 1.0, **{k: 1.0 for k in r if k != "episodes"}}])
+    assert both["episodes"] == 4.0
+    assert both["success_rate"] == pytest.approx((3 * r["success_rate"] + 1.0) / 4)

@@ -1,0 +1,336 @@
+"""The Oat backend's learner (`DPPOLearner`) run for real on CPU: Oat's own `PPOLearner` machinery
+(its `_init` chain, `TransitionDataset` batches, `learn()` round), the shared trust-region step, and
+the stock `PPOLearner.learning_step` as the reference. Only vllm and launchpad are faked (import
+boundary); DeepSpeed's engine is `oat_harness.CpuStrategy` (real torch). See docs/dev_oat_cpu.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import oat_fakes
+
+oat_fakes.install()
+if importlib.util.find_spec("oat") is None:
+    pytest.skip("oat-llm is not installed; `make setup-oat` (docs/dev_oat_cpu.md)", allow_module_level=True)
+
+import oat_harness as H  # noqa: E402
+from oat.algorithms.ppo import PPOLearner  # noqa: E402
+from oat.args import default_args_validation  # noqa: E402
+
+from oat_dppo.backends.oat.args import DPPOArgs, finalize  # noqa: E402
+from oat_dppo.backends.oat.data import DPPOTransitionData, DPPOTransitionDataset, to_token_batch  # noqa: E402
+from oat_dppo.backends.oat.learner import DPPOLearner, hf_policy  # noqa: E402
+
+
+def dppo_args(**overrides) -> DPPOArgs:
+    """DPPOArgs as the CLI would resolve them, for one CPU rank."""
+    kw = {**H.CPU_ARGS, **H.SMALL_ARGS, "env": "rg:arc_1d", **overrides}
+    args = DPPOArgs(**kw)
+    finalize(args, world_size=1)
+    return default_args_validation(args)
+
+
+def sgd(lr: float):
+    """Plain SGD instead of the harness's AdamW: Adam's first step is ~lr * sign(g), which turns
+    float-noise differences of near-zero gradients into lr-sized ones."""
+
+    def post_init(learner):
+        learner.optimizer = torch.optim.SGD(learner.model.parameters(), lr=lr)
+
+    return post_init
+
+
+def params(learner) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in learner.model.model.named_parameters()}
+
+
+def assert_same_params(a, b, atol=1e-6):
+    pa, pb = params(a), params(b)
+    assert pa.keys() == pb.keys()
+    worst = max(float((pa[k] - pb[k]).abs().max()) for k in pa)
+    assert worst <= atol, worst
+
+
+def moved(before, learner) -> float:
+    after = params(learner)
+    return max(float((after[k] - before[k]).abs().max()) for k in before)
+
+
+def step(learner, transitions, seed=0):
+    np.random.seed(seed)  # both learners draw Oat's minibatch permutation from numpy's global RNG
+    return H.run_learning_step(learner, H.collate(learner, transitions))[0]
+
+
+def count_decoder_forwards(learner) -> list[int]:
+    calls = [0]
+    learner.model.model.get_decoder().register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # Small tensors: on a shared 2-core machine a second intra-op thread makes each op slower, not faster.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return H.byte_tokenizer()
+
+
+# ---------------------------------------------------------------------------------------------
+# Data plumbing: Oat's TransitionDataset batch -> TokenBatch
+# ---------------------------------------------------------------------------------------------
+
+
+def test_dataset_carries_advantages_and_topk_and_token_batch_aligns_them(tok):
+    K = 3
+
+    def extra(i, p, r):
+        L = len(r)
+        ids = np.tile(np.arange(K + 1, dtype=np.int32), (L, 1))
+        ids[:, K] = -1
+        lp = np.where(ids >= 0, -1.0 - np.arange(K + 1), -np.inf).astype(np.float32)
+        return dict(advantage=float(i), topk_ids=ids, topk_logprobs=lp)
+
+    tr = H.make_transitions(tok, 4, transition_cls=DPPOTransitionData, extra=extra, truncate_every=4)
+    tr[3].loss_mask = False
+    learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_topk_kl", topk=K), learner_cls=DPPOLearner)
+    assert learner.dataset_builder is DPPOTransitionDataset
+    traj = H.collate(learner, tr)
+    batch, rows = to_token_batch(traj, topk=K)
+    assert rows.tolist() == [True, True, True, False]
+    assert batch.advantages[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+    for b, t in enumerate(tr):
+        p, L = len(t.prompt_ids), len(t.response_ids)
+        pos = batch.response_mask[b].nonzero()[:, 0]
+        assert pos.tolist() == list(range(p, p + L))  # response token t at position p + t
+        assert batch.input_ids[b, p : p + L].tolist() == t.response_ids
+        assert torch.allclose(batch.behavior_logp[b, p : p + L], torch.tensor(t.response_logprobs))
+        assert batch.topk_ids[b, p : p + L, :K].tolist() == [[0, 1, 2]] * L
+        assert not batch.topk_valid[b, p : p + L, K].any()  # -1 slot: unused
+        assert torch.isneginf(batch.topk_behavior_logp[b, p : p + L, K]).all()
+        assert not batch.topk_valid[b, :p].any()
+
+
+def test_plain_transition_data_falls_back_to_oats_monte_carlo_advantages(tok):
+    tr = H.make_transitions(tok, 8, num_samples=2)
+    learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_binary_tv"), learner_cls=DPPOLearner)
+    batch, _ = to_token_batch(H.collate(learner, tr))
+    assert batch.advantages is None  # the learner computes Oat's group advantages (checked below by equivalence)
+
+
+# ---------------------------------------------------------------------------------------------
+# Equivalence with stock Oat
+# ---------------------------------------------------------------------------------------------
+
+STOCK_EQUIV = dict(trust_region="ppo_clip", cliprange=0.2, anchor="recompute", behavior="recompute")
+
+
+@pytest.mark.parametrize("critic_type", ["grpo", "drgrpo"])
+def test_ppo_clip_recompute_reproduces_stock_oat_loss_and_update(tok, critic_type):
+    """One micro-batch = one optimizer step: the same loss value and the same parameters."""
+    common = dict(critic_type=critic_type, train_batch_size=8, train_batch_size_per_device=8)
+    stock = H.make_stock_learner(dict(tis_c=None, use_fused_lm_head=False, **common), post_init=sgd(0.5))
+    ours = H.make_stock_learner(args=dppo_args(**STOCK_EQUIV, **common), learner_cls=DPPOLearner,
+                                post_init=sgd(0.5))
+    assert_same_params(stock, ours, 0)
+    tr = H.make_transitions(tok, 8, behavior=stock.model, logprob_offset=-0.3)  # mu != pi: ignored by both
+    before = params(stock)
+    info_s, info_o = step(stock, tr), step(ours, tr)
+    assert moved(before, stock) > 1e-3
+    assert float(info_o["pg_loss"]) == pytest.approx(float(info_s["pg_loss"]), rel=1e-5, abs=1e-7)
+    assert_same_params(stock, ours)
+
+
+@pytest.mark.parametrize("tis_c", [None, 2.0])
+def test_ppo_clip_recompute_reproduces_stock_oat_over_several_steps_with_clipping(tok, tis_c):
+    """4 optimizer steps per call (2 epochs x 2 accumulation windows of 2 micro-batches): from the
+    second step on pi != pi_old and the clip masks tokens; Oat's TIS (tis_c) is reproduced too."""
+    common = dict(critic_type="drgrpo", num_ppo_epochs=2, train_batch_size=4, train_batch_size_per_device=2,
+                  tis_c=tis_c)
+    stock = H.make_stock_learner(dict(use_fused_lm_head=False, **common), post_init=sgd(3.0))
+    ours = H.make_stock_learner(args=dppo_args(**STOCK_EQUIV, **common), learner_cls=DPPOLearner,
+                                post_init=sgd(3.0))
+    tr = H.make_transitions(tok, 8, behavior=stock.model, logprob_offset=-1.0)  # pi_old/mu = e > tis_c
+    info_s, info_o = step(stock, tr), step(ours, tr)
+    assert stock.strategy.optimizer_steps == ours.strategy.optimizer_steps == 4
+    assert float(info_s["pg_clipfrac"]) > 0  # the clip was active: the masks are compared, not just ratios of 1
+    assert float(info_o["kept_frac"]) < 1
+    assert_same_params(stock, ours, atol=2e-6)
+
+
+def test_behavior_rollout_default_weighs_by_pi_over_mu_unlike_stock(tok):
+    """With the default --behavior rollout the same strategy is MiniRL (paper D.1): weight pi/mu. With
+    mu = pi - 0.3 nats the first step's gradient is e^0.3 times stock's."""
+    common = dict(critic_type="drgrpo", train_batch_size=8, train_batch_size_per_device=8)
+    stock = H.make_stock_learner(dict(tis_c=None, use_fused_lm_head=False, **common), post_init=sgd(0.1))
+    ours = H.make_stock_learner(args=dppo_args(trust_region="ppo_clip", cliprange=0.2, anchor="recompute", **common),
+                                learner_cls=DPPOLearner, post_init=sgd(0.1))
+    before = params(stock)
+    tr = H.make_transitions(tok, 8, behavior=stock.model, logprob_offset=-0.3)
+    step(stock, tr), step(ours, tr)
+    after_s, after_o = params(stock), params(ours)
+    for k in before:
+        d_s, d_o = after_s[k] - before[k], after_o[k] - before[k]
+        assert torch.allclose(d_o, d_s * math.exp(0.3), atol=1e-6, rtol=1e-4)
+
+
+def test_dppo_with_on_policy_mu_takes_stocks_first_step(tok):
+    """mu = pi = pi_old and one optimizer step: every trust region keeps every token, so DPPO with the
+    rollout mu (no recompute) takes exactly stock Oat's step."""
+    common = dict(critic_type="drgrpo", train_batch_size=8, train_batch_size_per_device=2)
+    stock = H.make_stock_learner(dict(tis_c=None, use_fused_lm_head=False, **common), post_init=sgd(0.5))
+    ours = H.make_stock_learner(args=dppo_args(trust_region="dppo_binary_tv", **common), learner_cls=DPPOLearner,
+                                post_init=sgd(0.5))
+    tr = H.make_transitions(tok, 8, behavior=stock.model)
+    step(stock, tr)
+    info = step(ours, tr)
+    assert float(info["kept_frac"]) == 1.0
+    assert float(info["prob_diff_mean"]) < 1e-5
+    assert_same_params(stock, ours, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# The recompute forward: skipped by behavior-anchored strategies
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "trust_region, extra, recompute",
+    [
+        ("dppo_binary_tv", {}, False),
+        ("dppo_binary_kl", {}, False),
+        ("ppo_clip", {}, False),  # anchor behavior (r = pi/mu)
+        ("cispo", {}, False),
+        ("ppo_clip", {"anchor": "recompute"}, True),  # MiniRL
+        ("dppo_binary_kl", {"anchor": "recompute"}, True),  # the decoupled ablation (figure 4)
+        ("dppo_binary_tv", {"behavior": "recompute"}, True),  # mu := pi_old
+    ],
+)
+def test_only_recompute_anchored_runs_make_the_extra_forward(tok, trust_region, extra, recompute):
+    B, mb = 8, 2
+    learner = H.make_stock_learner(args=dppo_args(trust_region=trust_region, train_batch_size=8,
+                                                  train_batch_size_per_device=mb, num_ppo_epochs=2, **extra),
+                                   learner_cls=DPPOLearner)
+    tr = H.make_transitions(tok, B, behavior=learner.model)
+    calls = count_decoder_forwards(learner)
+    info = step(learner, tr)
+    train = 2 * B // mb
+    assert calls[0] == train + (B // mb if recompute else 0)
+    assert float(info["recompute_forwards"]) == (B // mb if recompute else 0)
+    assert ("recompute_time" in info) == recompute
+
+
+def test_stock_oat_always_recomputes(tok):
+    B, mb = 8, 2
+    stock = H.make_stock_learner(dict(tis_c=None, use_fused_lm_head=False, train_batch_size=8,
+                                      train_batch_size_per_device=mb))
+    tr = H.make_transitions(tok, B, behavior=stock.model)
+    calls = [0]
+    stock.model.model.register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
+    step(stock, tr)
+    assert calls[0] == B // mb + B // mb  # recompute + train
+
+
+# ---------------------------------------------------------------------------------------------
+# Top-K strategies, metrics, a whole learn() round
+# ---------------------------------------------------------------------------------------------
+
+
+def topk_extra(model, K):
+    """Top-K arrays of `model`'s own distribution (what a vLLM actor records at temperature 1)."""
+
+    @torch.no_grad()
+    def extra(i, prompt_ids, response_ids):
+        ids = torch.tensor([list(prompt_ids) + list(response_ids)])
+        logp = model.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float().log_softmax(-1)  # [L, V]
+        top_lp, top_ids = logp.topk(K, -1)
+        sampled = torch.tensor(response_ids)
+        inside = (top_ids == sampled[:, None]).any(-1)
+        ids_out = torch.cat([top_ids, torch.where(inside, -1, sampled)[:, None]], 1)
+        lp_out = torch.cat([top_lp, torch.where(inside, float("-inf"), logp.gather(1, sampled[:, None])[:, 0])[:, None]], 1)
+        return dict(topk_ids=ids_out.numpy().astype(np.int32), topk_logprobs=lp_out.numpy().astype(np.float32))
+
+    return extra
+
+
+@pytest.mark.parametrize("name", ["dppo_topk_tv", "dppo_topk_kl"])
+def test_topk_strategy_trains_on_the_actors_topk_arrays(tok, name):
+    K = 5
+    learner = H.make_stock_learner(args=dppo_args(trust_region=name, topk=K), learner_cls=DPPOLearner)
+    assert learner.topk == K
+    tr = H.make_transitions(tok, 8, behavior=learner.model, transition_cls=DPPOTransitionData,
+                            extra=topk_extra(learner.model, K))
+    before = params(learner)
+    info = step(learner, tr)
+    assert moved(before, learner) > 0
+    # mu (the top-K arrays) is the learner's own policy before the first update: divergence ~ 0 on
+    # the first micro-batches; every metric is finite.
+    assert float(info["divergence_mean"]) < 0.05
+    for k in ("kept_frac", "binary_tv_mean", "divergence_mean", "entropy", "pg_loss", "policy_grad_norm"):
+        assert math.isfinite(float(info[k])), k
+
+
+def test_topk_strategy_refuses_a_batch_without_topk_arrays(tok):
+    learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_topk_tv", topk=4), learner_cls=DPPOLearner)
+    with pytest.raises(ValueError, match="top-K arrays from the actor"):
+        step(learner, H.make_transitions(tok, 8))
+
+
+def test_learn_round_reports_trust_region_metrics_in_oats_train_info(tok):
+    learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_binary_tv"), learner_cls=DPPOLearner)
+    tr = H.make_transitions(tok, 8, behavior=learner.model, logprob_offset=-0.2)
+    info = H.run_learn_round(learner, tr)
+    for k in ("train/kept_frac", "train/binary_tv_mean", "train/prob_diff_mean", "train/kl_k3", "train/pg_loss",
+              "train/policy_grad_norm", "train/entropy", "train/recompute_forwards"):
+        assert k in info and isinstance(info[k], float), k
+    assert info["train/recompute_forwards"] == 0.0
+    assert info["train/prob_diff_mean"] > 0
+
+
+def test_loss_masked_rows_train_nothing(tok):
+    learner = H.make_stock_learner(args=dppo_args(trust_region="pg_is", learning_rate=1.0), learner_cls=DPPOLearner)
+    tr = H.make_transitions(tok, 8, behavior=learner.model)
+    for t in tr:
+        t.loss_mask = False
+    before = params(learner)
+    info = step(learner, tr)
+    assert moved(before, learner) == 0.0
+    assert float(info["train_tokens"]) == 0.0
+
+
+def test_prepare_data_paces_iterations_through_oats_dataloader(tok):
+    """`--iterations N`: Oat's prompt loop (DeepspeedStrategy.setup_dataloader, a DistributedSampler)
+    yields N x update_interval batches of rollout_batch_size_per_device placeholder slots."""
+    from types import SimpleNamespace
+
+    from oat.utils.deepspeed import DeepspeedStrategy
+
+    args = dppo_args(iterations=3, rollout_batch_size=8, rollout_batch_size_per_device=4)  # 2 steps per round
+    learner = H.make_stock_learner(args=args, learner_cls=DPPOLearner)
+    strategy = SimpleNamespace(seed=0)
+    strategy.setup_dataloader = DeepspeedStrategy.setup_dataloader.__get__(strategy)
+    with H.single_process_group():
+        learner.prepare_data(strategy, tok)
+        batches = list(learner.prompts_dataloader)
+    assert len(batches) == 3 * 2
+    processed, raw, refs = batches[0]  # as LearnerBase.run unpacks it
+    assert len(processed) == len(raw) == len(refs) == 4
+    assert len(learner.prompts_dataset) == 24 and len(learner.eval_prompts_dataset) == 0
+
+
+def test_hf_policy_unwraps_oats_llm(tok):
+    learner = H.make_stock_learner(args=dppo_args(), learner_cls=DPPOLearner)
+    assert hf_policy(learner.model) is learner.model.model
+    assert hf_policy(learner.model.model) is learner.model.model
+    assert isinstance(learner, PPOLearner)
