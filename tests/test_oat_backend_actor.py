@@ -287,6 +287,18 @@ def test_actor_rollout_sends_exact_counts_of_picklable_transitions(tok, model, g
     assert type(back[0]) is DPPOTransitionData and (back[0].topk_ids == transitions[0].topk_ids).all()
 
 
+def test_single_turn_env_sends_every_episode_without_subsampling(tok, model):
+    args = dppo_args(env="rg:arc_1d", num_samples=2, advantage="group", max_turns=None)
+    actor = make_actor(args, model, tok)
+    transitions, info = actor.rollout(n_slots=2)
+    assert len(transitions) == 4
+    assert info["actor/rollout_rounds"] == 1.0 and info["actor/turns_dropped"] == 0.0
+    assert info["actor/turns_mean"] == 1.0
+    # Group baseline: the two episodes of a start seed have advantages that sum to zero.
+    advs = [t.advantage for t in transitions]
+    assert advs[0] + advs[1] == pytest.approx(0.0) and advs[2] + advs[3] == pytest.approx(0.0)
+
+
 def test_actor_step_serializes_through_oats_ipc_client(tok, model):
     args = dppo_args()
     actor = make_actor(args, model, tok)
