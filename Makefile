@@ -64,4 +64,4 @@ $(VENV)/.oat-installed: $(VENV)/.installed constraints/oat-cpu.txt
 	touch $@
 
 test-oat: setup-oat
-	$(PY) -m pytest tests/test_oat_stock.py
+	$(PY) -m pytest tests/test_oat_stock.py tests/test_oat_backend.py tests/test_oat_backend_learner.py tests/test_oat_backend_actor.py

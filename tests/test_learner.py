@@ -149,3 +149,17 @@ def test_behavior_recompute_uses_pi_old_as_mu(policy):
     assert m_roll["ratio_mean"] == pytest.approx(np.exp(0.5), rel=1e-4)
     assert m_rec["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     assert recompute.forward_passes == rollout.forward_passes + 1
+
+
+def test_template_end_of_turn_tokens_stop_generation(policy):
+    # tiny-llama's tokenizer ends documents with its eos; under the chatml template the turn ends at
+    # <|im_end|>, which must stop the engine too (a base model would otherwise run on).
+    from oat_dppo.agent import PromptFormat
+
+    model, tok = load_policy("tiny-llama", seed=0)
+    fmt = PromptFormat(tok, "chatml")
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert fmt.stop_token_ids() == [im_end]
+    engine = HFEngine(model, tok, extra_stop_token_ids=fmt.stop_token_ids())
+    assert im_end in engine.stop_ids and tok.eos_token_id in engine.stop_ids
+    assert PromptFormat(tok, "none").stop_token_ids() == []

@@ -14,7 +14,7 @@ import numpy as np
 
 from oat_dppo.agent.types import Episode, Turn
 from oat_dppo.engine.base import Engine, Generation, PromptTooLongError
-from oat_dppo.envs import EnvError, render_prompt
+from oat_dppo.envs import EnvError, render_prompt, stop_strings
 
 
 @dataclass
@@ -42,6 +42,16 @@ class PromptFormat:
         text = render_prompt(self.template, obs, self.tokenizer, self.system) + self.response_prefix
         # Templates write their own special tokens (BOS, chat markup) as text.
         return text, list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def stop_token_ids(self) -> list[int]:
+        """Ids of the template's end-of-turn markers that are single tokens of this tokenizer
+        (engines stop there too, not only at the tokenizer's eos)."""
+        ids = []
+        for marker in stop_strings(self.template):
+            toks = self.tokenizer(marker, add_special_tokens=False)["input_ids"]
+            if len(toks) == 1:
+                ids.append(int(toks[0]))
+        return ids
 
     def decode(self, ids: Sequence[int]) -> str:
         """The action text the environment sees: the pre-filled prefix plus the sampled tokens."""

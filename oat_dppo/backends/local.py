@@ -162,8 +162,8 @@ class LocalTrainer:
         preset = self.envs[0].preset
         self.gamma = cfg.gamma if cfg.gamma is not None else preset.gamma
         self.max_new_tokens = cfg.max_new_tokens or min(preset.max_new_tokens, LOCAL_MAX_NEW_TOKENS)
-        self.engine = HFEngine(self.model, self.tokenizer)
         self.prompt = PromptFormat(self.tokenizer, self.template, cfg.system_prompt, cfg.response_prefix)
+        self.engine = HFEngine(self.model, self.tokenizer, extra_stop_token_ids=self.prompt.stop_token_ids())
         constant = self.max_new_tokens if cfg.aggregation == "seq_sum_constant_length" else None
         self.learner = Learner(
             self.model,

@@ -131,7 +131,8 @@ class HFEngine:
     """Batched sampling with a transformers causal LM; see `generate`.
 
     Stop tokens: the tokenizer's eos, the model generation_config's eos ids, and the pad token
-    (a sampled pad ends the document too), unless `stop_token_ids` is given. `max_context` defaults
+    (a sampled pad ends the document too), unless `stop_token_ids` is given; plus
+    `extra_stop_token_ids`. `max_context` defaults
     to `model.config.max_position_embeddings`.
     """
 
@@ -142,6 +143,7 @@ class HFEngine:
         *,
         max_context: int | None = None,
         stop_token_ids: Sequence[int] | None = None,
+        extra_stop_token_ids: Sequence[int] = (),
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -155,6 +157,9 @@ class HFEngine:
             ids = eos + _as_id_list(getattr(gen_cfg, "eos_token_id", None)) + [self.pad_id]
         else:
             ids = _as_id_list(stop_token_ids)
+        # e.g. the prompt template's end-of-turn token when it is not the tokenizer's eos (a base
+        # model's tokenizer ends documents with <|endoftext|>, the chat markup turns with <|im_end|>).
+        ids += _as_id_list(list(extra_stop_token_ids))
         self.stop_ids = list(dict.fromkeys(ids))  # dedup, keep order
         if max_context is None:
             max_context = getattr(model.config, "max_position_embeddings", None)
