@@ -7,7 +7,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-__all__ = ["Generation", "Engine", "PromptTooLongError"]
+__all__ = ["Generation", "Engine", "PromptTooLongError", "token_budgets"]
 
 
 @dataclass
@@ -46,3 +46,26 @@ class PromptTooLongError(ValueError):
             f"(a prompt needs at most {max_context - 1} tokens to generate one): {shown}{more}. "
             "Shorten the prompt (fewer turns of history, a compact observation) or end those episodes."
         )
+
+
+def token_budgets(prompt_ids: Sequence[Sequence[int]], max_new_tokens: int, topk: int,
+                  max_context: int | None) -> list[int]:
+    """Check one generate request and return each prompt's response budget.
+
+    The budget is `max_new_tokens`, cut so that prompt + response fits `max_context`. A prompt that
+    leaves no room for a single token raises `PromptTooLongError` (with its index) before any work,
+    so the agent loop can end that episode and generate for the others.
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if topk < 0:
+        raise ValueError(f"topk must be >= 0, got {topk}")
+    lengths = [len(p) for p in prompt_ids]
+    if lengths and min(lengths) == 0:
+        raise ValueError(f"empty prompt at index {lengths.index(0)}; every prompt needs at least one token")
+    if max_context is None:
+        return [max_new_tokens] * len(lengths)
+    too_long = [i for i, n in enumerate(lengths) if n >= max_context]
+    if too_long:
+        raise PromptTooLongError(too_long, [lengths[i] for i in too_long], max_context)
+    return [min(max_new_tokens, max_context - n) for n in lengths]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from .base import Generation, PromptTooLongError
+from .base import Generation, token_budgets
 
 __all__ = ["HFEngine"]
 
@@ -183,24 +183,13 @@ class HFEngine:
         `seed` makes the call reproducible without disturbing the global torch RNG; `None` uses
         (and advances) the global RNG.
         """
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if topk < 0:
-            raise ValueError(f"topk must be >= 0, got {topk}")
         vocab = getattr(self.model.config, "vocab_size", None)
         if vocab is not None and topk > vocab:
             raise ValueError(f"topk={topk} exceeds the vocabulary size {vocab}")
+        budgets = token_budgets(prompt_ids, max_new_tokens, topk, self.max_context)
         if not prompt_ids:
             return []
         lengths = [len(p) for p in prompt_ids]
-        if min(lengths) == 0:
-            raise ValueError(f"empty prompt at index {lengths.index(0)}; every prompt needs at least one token")
-        budgets = [max_new_tokens] * len(prompt_ids)
-        if self.max_context is not None:
-            too_long = [i for i, n in enumerate(lengths) if n >= self.max_context]
-            if too_long:
-                raise PromptTooLongError(too_long, [lengths[i] for i in too_long], self.max_context)
-            budgets = [min(max_new_tokens, self.max_context - n) for n in lengths]
         steps = max(budgets)
 
         model = self.model

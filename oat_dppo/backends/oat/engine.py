@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from oat_dppo.engine.base import Generation, PromptTooLongError
+from oat_dppo.engine.base import Generation, token_budgets
 
 # vLLM: `llm.generate(prompts, sampling_params=[...], ...)` -> list[RequestOutput]; the actor wraps it
 # (LoRA request, Oat's generate_mode flag for weight sync).
@@ -101,21 +101,10 @@ class VLLMEngine:
     def generate(
         self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *, seed: int | None = None
     ) -> list[Generation]:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if topk < 0:
-            raise ValueError(f"topk must be >= 0, got {topk}")
+        # vLLM would reject an over-long request; the agent loop ends those episodes instead.
+        budgets = token_budgets(prompt_ids, max_new_tokens, topk, self.max_context)
         if not prompt_ids:
             return []
-        lengths = [len(p) for p in prompt_ids]
-        if min(lengths) == 0:
-            raise ValueError(f"empty prompt at index {lengths.index(0)}; every prompt needs at least one token")
-        budgets = [max_new_tokens] * len(prompt_ids)
-        if self.max_context is not None:
-            too_long = [i for i, n in enumerate(lengths) if n >= self.max_context]
-            if too_long:  # vLLM would reject the request; the agent loop ends those episodes instead
-                raise PromptTooLongError(too_long, [lengths[i] for i in too_long], self.max_context)
-            budgets = [min(max_new_tokens, self.max_context - n) for n in lengths]
         params = [
             self.sampling_params(
                 n=1,
