@@ -5,7 +5,9 @@
         [--compare-turns 16] [--reps 3] [--threads 1]
 
 For each model x env it builds a `LocalTrainer` (no logging, no eval, no checkpoints), runs `warmup`
-untimed iterations, then `iterations` timed ones, and reports three things:
+untimed iterations, then `iterations` timed ones, and reports three things. `max_new_tokens`
+defaults to 64, not the local backend's 256: a SmolLM2 iteration then takes 2-3 minutes on 2 shared
+cores (16 episodes; SmolLM2 with the `\\boxed{` prefix plays ~3 turns of GuessTheNumber).
 
 1. Throughput: episodes/s over the iteration wall time, generated tokens/s over the time inside
    `engine.generate`, trained tokens/s (prompt + response tokens, as the trainer's own
@@ -15,8 +17,9 @@ untimed iterations, then `iterations` timed ones, and reports three things:
    entropy), `Tensor.backward`, and its optimizer (`clip_grad_norm_` + `optimizer.step`); and, to
    explain the rest, the env's `reset`/`step`, `collate` and the trust region + `aggregate`. The share
    of the wall time outside generate + forward + backward + optimizer is compared with the 10% target.
-3. The learner against a bare loop on the same collated micro-batches (captured from the last
-   timed update, at most `compare_turns` turns): `Learner.update` vs a minimal
+3. The learner against a bare loop on the same collated micro-batches: the first `compare_turns`
+   turns of the last iteration played go through one untimed `update` that captures the learner's
+   micro-batches and optimizer steps, then `Learner.update` (seeded shuffle: the same batches) vs a minimal
    `forward -> log_softmax gather -> (-logp * adv).mean() -> backward -> optimizer.step()` with the
    same micro-batches per step and the same optimizer. Two bare loops: `bare` runs the LM head on the
    hidden states that predict response tokens only (what the learner does, the fair baseline, used for
