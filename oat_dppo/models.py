@@ -357,9 +357,10 @@ def tiny_tokenizer(arch: str = "qwen3") -> PreTrainedTokenizerFast:
     """Byte-level tokenizer (8 specials + 256 bytes = 264 ids); every string round-trips exactly.
 
     `arch="qwen3"`: ChatML template, eos `<|im_end|>`, pad `<|endoftext|>`.
-    `arch="llama"`: Llama-3 template, bos `<|begin_of_text|>`, eos `<|eot_id|>`, pad `<|end_of_text|>`.
+    `arch="llama"`: Llama-3 template, bos `<|begin_of_text|>` (added when encoding with special
+    tokens, as Llama 3's tokenizer does), eos `<|eot_id|>`, pad `<|end_of_text|>`.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
     vocab = {s: i for i, s in enumerate(_TINY_SPECIALS)}
     for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
@@ -375,6 +376,11 @@ def tiny_tokenizer(arch: str = "qwen3") -> PreTrainedTokenizerFast:
     elif arch == "llama":
         roles = dict(eos_token="<|eot_id|>", pad_token="<|end_of_text|>", bos_token="<|begin_of_text|>")
         template = LLAMA3_TEMPLATE
+        # Like Llama 3's tokenizer, encoding with special tokens puts BOS first.
+        bos = "<|begin_of_text|>"
+        tk.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, vocab[bos])]
+        )
     else:
         raise ValueError(f"unknown tiny arch {arch!r}; expected 'qwen3' or 'llama'")
     named = {v for v in roles.values() if v}

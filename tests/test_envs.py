@@ -575,6 +575,19 @@ def test_templates_render_family_markup():
     assert stop_strings("llama3") == ("<|eot_id|>",) and stop_strings("qwen3") == ("<|im_end|>",)
 
 
+def test_raw_template_starts_with_the_bos_a_base_tokenizer_adds_itself():
+    """Prompts are encoded without special tokens: Llama-3 / OctoThinker base models get their BOS
+    from the raw template; tokenizers that add none (Qwen, SmolLM2, byte-level) get none."""
+    from oat_dppo.models import qwen_tokenizer, tiny_tokenizer
+
+    llama = tiny_tokenizer("llama")
+    ids = llama(render_prompt("raw", OBS, llama), add_special_tokens=False)["input_ids"]
+    assert ids[0] == llama.bos_token_id and ids.count(llama.bos_token_id) == 1
+    assert ids == llama(render_prompt("raw", OBS), add_special_tokens=True)["input_ids"]
+    for tok in (tiny_tokenizer("qwen3"), qwen_tokenizer()):
+        assert render_prompt("raw", OBS, tok) == render_prompt("raw", OBS)
+
+
 def test_game_preset_with_qwen3_reproduces_gems_qwen3_game_prompt():
     env = make_env("game:Sudoku-v0-easy", seed=0)
     obs, _ = env.reset()

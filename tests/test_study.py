@@ -492,6 +492,8 @@ def test_oat_backend_writes_the_launch_script(tmp_path):
         assert cmd.startswith("python -m oat_dppo.main --env rg:arc_1d ")
         assert f"--run-dir {run.run_dir} --backend oat" in cmd and "--threads" not in cmd
     assert "--trust-region dppo_binary_tv --delta 0.1" in cmds[0] and "--seed 1" in cmds[1]
+    text = script.read_text()  # how to continue names Oat's own resume option, not the local one
+    assert "--resume-dir" in text and "--save-ckpt" in text and "--resume <" not in text
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["launch_oat.sh"]  # nothing ran
 
 

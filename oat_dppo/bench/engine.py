@@ -31,7 +31,7 @@ def bench(name: str, batch: int, new_tokens: int, topk: int, reps: int) -> dict:
     model, tok = load_policy(name)
     load_s = time.perf_counter() - t0
     text = tok.apply_chat_template([{"role": "user", "content": OBS}], tokenize=False, add_generation_prompt=True)
-    base = tok(text).input_ids
+    base = tok(text, add_special_tokens=False).input_ids  # the template already has any BOS
     # slightly different prompt lengths per row, as in a real batch of episodes
     prompts = [base[: len(base) - (i % 4)] for i in range(batch)]
     engine = HFEngine(model, tok, stop_token_ids=[])

@@ -47,10 +47,22 @@ def _llama3(obs: str, tokenizer: Any, system: str | None) -> str:
     )
 
 
+def _own_bos(tokenizer: Any) -> str:
+    """The BOS text `tokenizer` puts before every encoding by itself (Llama 3, OctoThinker), else "".
+
+    Prompts are tokenized with `add_special_tokens=False`, so a template without markup must write
+    the BOS such a model was trained with; tokenizers that add none (Qwen, SmolLM2) get none."""
+    bos_id = getattr(tokenizer, "bos_token_id", None)
+    if bos_id is None or not callable(tokenizer):
+        return ""
+    ids = tokenizer("", add_special_tokens=True)["input_ids"]
+    return tokenizer.bos_token if ids[:1] == [bos_id] else ""
+
+
 def _raw(obs: str, tokenizer: Any, system: str | None) -> str:
     # Base models have no chat markup: a User/Assistant transcript that the model continues
     # (the framing GEM's examples use for base models such as OctoThinker).
-    return f"{system or _DEFAULT_RAW_PREAMBLE}\nUser: {obs}\nAssistant:"
+    return f"{_own_bos(tokenizer)}{system or _DEFAULT_RAW_PREAMBLE}\nUser: {obs}\nAssistant:"
 
 
 def _none(obs: str, tokenizer: Any, system: str | None) -> str:
