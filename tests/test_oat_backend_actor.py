@@ -175,13 +175,7 @@ class StandInLLM:
         return outs
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Many tiny forwards: on a shared 2-core machine a second intra-op thread makes each ~10x slower.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: one intra-op thread
 
 
 @pytest.fixture(scope="module")

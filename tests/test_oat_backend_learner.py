@@ -73,13 +73,7 @@ def count_decoder_forwards(learner) -> list[int]:
     return calls
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Small tensors: on a shared 2-core machine a second intra-op thread makes each op slower, not faster.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: one intra-op thread
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from oat_dppo.plot import (
     parse_metrics,
     read_metrics,
     resolve_panels,
+    Series,
     trailing_mean,
 )
 
@@ -301,6 +302,34 @@ def test_main_flags_metrics_wall_time_minmax_smooth_and_missing_metric(runs_root
     assert sorted(p.name for p in out.iterdir()) == ["overview.png", "success.png", "train_grad_norm.png"]
     for p in out.iterdir():
         assert_png(p)
+
+
+def test_identical_curves_are_drawn_dotted_and_named_in_the_panel(tmp_path: Path):
+    """Trust regions that never mask give the same runs: the later curve must not just hide the first."""
+    from matplotlib.figure import Figure
+
+    from oat_dppo.plot.figures import draw_panel
+    from oat_dppo.plot.panels import panel_for_key
+
+    def run(tr: str, seed: int, rows_of: str) -> object:
+        cfg = {"trust_region": tr, "seed": seed}
+        return load_run(write_run(tmp_path / f"{tr}-{seed}", cfg, fake_rows(rows_of, seed)))
+
+    series = [Series(tr, [run(tr, s, rows_of) for s in (0, 1)]) for tr, rows_of in
+              [("ppo_clip", "ppo_clip"), ("dppo_binary_tv", "ppo_clip"), ("dppo_binary_kl", "ppo_clip"),
+               ("pg_is", "dppo_binary_tv")]]
+    ax = Figure().subplots()
+    drawn, _ = draw_panel(ax, panel_for_key("rollout/reward_mean"), series, ["C0", "C1", "C2", "C3"],
+                          "iteration", "std", 1, 1.0)
+    assert drawn == [0, 1, 2, 3]
+    curves = [line for line in ax.get_lines() if line.get_marker() in (None, "None")]  # not the eval lines
+    assert [line.get_linestyle() for line in curves] == ["-", "--", "--", "-"]  # the twins: dashes
+    assert len(ax.get_lines()) == 8  # each series also has its dashed eval line
+    notes = [t.get_text() for t in ax.texts]
+    assert notes == ["identical curves: ppo_clip = dppo_binary_tv = dppo_binary_kl"]
+    ax = Figure().subplots()  # no twins: no note, all solid
+    draw_panel(ax, panel_for_key("rollout/reward_mean"), [series[0], series[3]], ["C0", "C1"], "iteration", "std", 1, 1.0)
+    assert not ax.texts and {line.get_linestyle() for line in ax.get_lines()} == {"-", "--"}
 
 
 def test_main_single_run_writes_into_the_run_dir(runs_root: Path, capsys):

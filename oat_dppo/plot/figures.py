@@ -45,9 +45,16 @@ def _max_wall_time(series: Sequence[Series]) -> float:
 def draw_panel(
     ax, panel: Panel, series: Sequence[Series], colors: Sequence, x: XAxis, band: BandKind, smooth: int, x_scale: float
 ) -> tuple[list[int], bool]:
-    """Draw one panel; returns (indices of the series drawn, whether a dashed eval line was drawn)."""
+    """Draw one panel; returns (indices of the series drawn, whether a dashed eval line was drawn).
+
+    A solid curve identical to one drawn before it (same x, same mean: e.g. trust regions that never
+    mask, so their runs coincide) is drawn in short dashes on top, each twin's dashes shifted so that
+    every colour shows, and the panel says which curves coincide: otherwise the first line would be
+    hidden."""
     drawn: list[int] = []
     dashed_drawn = False
+    solid: list[tuple[int, np.ndarray, np.ndarray]] = []  # (series index, x, mean) drawn so far
+    twin_of: dict[int, int] = {}  # series index -> the first series with the identical curve
     for i, s in enumerate(series):
         tables = [r.metrics for r in s.runs]
         for key, dashed in ((panel.key, False), (panel.dashed, True)):
@@ -57,12 +64,18 @@ def draw_panel(
             if len(c) == 0:
                 continue
             xs = c.x / x_scale
+            twin = None
+            if not dashed:
+                twin = next((j for j, sx, sm in solid if _same_curve(sx, sm, xs, c.mean)), None)
+                solid.append((i, xs, c.mean))
+                if twin is not None:
+                    twin_of[i] = twin_of.get(twin, twin)
             ax.plot(
                 xs,
                 c.mean,
                 color=colors[i],
                 lw=1.4 if dashed else 1.8,
-                ls="--" if dashed else "-",
+                ls="--" if dashed else ("-" if twin is None else _twin_dashes(len(twin_of))),
                 marker="o" if dashed or len(c) == 1 else None,
                 ms=3.5,
             )
@@ -71,11 +84,24 @@ def draw_panel(
             dashed_drawn |= dashed
             if i not in drawn:
                 drawn.append(i)
+    if twin_of:
+        sets = {root: [root] + [i for i, r in twin_of.items() if r == root] for root in twin_of.values()}
+        note = "; ".join(" = ".join(series[i].label for i in members) for members in sets.values())
+        ax.text(0.01, 0.99, f"identical curves: {note}", transform=ax.transAxes, va="top", fontsize=7, color="0.25")
     ax.set_title(panel.title, fontsize=11)
     ax.set_ylabel(panel.key if not dashed_drawn else f"{panel.key}\n(dashed: {panel.dashed})", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.tick_params(labelsize=9)
     return drawn, dashed_drawn
+
+
+def _twin_dashes(k: int) -> tuple[float, tuple[float, float]]:
+    """Dash style of the k-th coinciding curve (k >= 1): 3-point dashes, 3 * k points apart."""
+    return (3.0 * (k - 1), (3.0, 3.0 * k))
+
+
+def _same_curve(x1: np.ndarray, y1: np.ndarray, x2: np.ndarray, y2: np.ndarray) -> bool:
+    return x1.shape == x2.shape and np.array_equal(x1, x2) and np.array_equal(y1, y2, equal_nan=True)
 
 
 def _handles(series: Sequence[Series], colors: Sequence, which: Sequence[int], dashed: bool) -> list:
