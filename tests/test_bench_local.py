@@ -62,3 +62,27 @@ def test_local_benchmark_comparison_only(keep_threads):
     assert rows[0]["cmp_learner_tok_s"] > 0 and rows[0]["cmp_turns"] == 2
     table = local.format_table(rows, cfg)
     assert table.count("\n|---") == 3 and table.count("| tiny-qwen3 | rg:arc_1d |") == 1
+
+
+@pytest.mark.parametrize("name", ["local", "oat", "trust-region"])
+def test_every_benchmark_explains_each_option_in_help(name, capsys):
+    """One option per Config field, each with its help text and default; --help loads nothing heavy."""
+    import dataclasses
+    import importlib
+
+    module = importlib.import_module(bench_main.BENCHMARKS[name])
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for f in dataclasses.fields(module.Config):
+        default = getattr(module.Config(), f.name)
+        assert f"--{f.name.replace('_', '-')}" in out
+        assert " ".join(module.HELP[f.name].split()) in out and f"(default: {default})" in out
+
+
+def test_benchmark_options_need_help_text():
+    from oat_dppo.bench.cli import config_parser
+
+    with pytest.raises(ValueError, match="no help text for seed"):
+        config_parser("bench x", None, local.Config(), {k: "h" for k in vars(local.Config()) if k != "seed"})

@@ -49,6 +49,8 @@ from typing import Any, Callable
 
 import torch
 
+from oat_dppo.bench.cli import config_parser
+
 MODELS = ("tiny-qwen3", "smollm2")
 DEFAULT_ENVS = "game:GuessTheNumber-v0-easy,rg:arc_1d"
 TARGET_OUTSIDE_SHARE = 0.10  # at most this share of an iteration outside generate + fwd/bwd/optimizer
@@ -77,6 +79,24 @@ class Config:
 
     def envs(self) -> list[str]:
         return [e.strip() for e in self.env.split(",") if e.strip()]
+
+
+HELP = {
+    "model": f"models to time: {', '.join(MODELS)}, a comma-separated list of them, or 'both'",
+    "env": "GEM environment ids, comma-separated",
+    "episodes": "episodes per iteration",
+    "iterations": "timed iterations per (model, env)",
+    "warmup": "untimed iterations first (model load, allocator and kernel warm-up)",
+    "max_new_tokens": "response token cap per turn",
+    "response_prefix": "pre-filled start of every response (part of the prompt)",
+    "trust_region": "trust region of the learner",
+    "mini_batch_size": "turns per optimizer step",
+    "micro_batch_size": "turns per forward/backward",
+    "compare_turns": "turns in the learner-vs-bare-loop comparison (0: the whole last batch)",
+    "reps": "round-robin repetitions of that comparison (the fastest counts; 0: skip it)",
+    "threads": "torch intra-op threads (1 is fastest on a shared 2-core machine)",
+    "seed": "run seed (episodes, sampling, initial weights of tiny models)",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,12 +415,9 @@ def format_table(rows: list[dict], cfg: Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
     import sys
 
-    p = argparse.ArgumentParser(prog="python -m oat_dppo.bench local", description=__doc__.split("\n\n")[0])
-    for f, v in vars(Config()).items():
-        p.add_argument(f"--{f.replace('_', '-')}", dest=f, type=type(v), default=v)
+    p = config_parser("python -m oat_dppo.bench local", __doc__, Config(), HELP)
     cfg = Config(**vars(p.parse_args(argv)))
     for m in cfg.models():
         if m not in MODELS:

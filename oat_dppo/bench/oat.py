@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from oat_dppo.bench.cli import config_parser
+
 TARGET_BINARY_VS_STOCK = 0.8
 TARGET_TOPK_VS_BINARY = 1.15
 
@@ -50,6 +52,21 @@ class Config:
     warmup: int = 2
     threads: int = 1
     seed: int = 0
+
+
+HELP = {
+    "batch": "transitions per learning step",
+    "mb": "micro-batch size (Oat's train_batch_size_per_device)",
+    "words": "prompt and response lengths are drawn from [words / 2, words] words",
+    "hidden": "hidden size of the tiny Qwen3 policy",
+    "layers": "its number of layers",
+    "vocab": "vocabulary size (0: the byte tokenizer's 259; larger pads the embedding like a real vocabulary)",
+    "topk": "K of the top-K strategy timed",
+    "reps": "timed repetitions, interleaved across learners (the best counts)",
+    "warmup": "untimed repetitions first",
+    "threads": "torch intra-op threads",
+    "seed": "seed of the synthetic batch and the weights",
+}
 
 
 def _harness():
@@ -170,11 +187,7 @@ def format_table(res: dict, cfg: Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m oat_dppo.bench oat", description=__doc__.split("\n\n")[0])
-    for f, v in vars(Config()).items():
-        p.add_argument(f"--{f}", type=int, default=v)
+    p = config_parser("python -m oat_dppo.bench oat", __doc__, Config(), HELP)
     cfg = Config(**vars(p.parse_args(argv)))
     print(format_table(run(cfg), cfg), flush=True)
     return 0

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from oat_dppo.bench.cli import config_parser
 from oat_dppo.bench.memory import AllocationTracker, peak_rss_delta
 from oat_dppo.trust_region import TrustRegionInputs, aggregate, available, make_trust_region
 
@@ -36,6 +37,17 @@ class Config:
     warmup: int = 3
     threads: int = 1
     seed: int = 0
+
+
+HELP = {
+    "batch": "sequences (B)",
+    "seq": "tokens per sequence (T)",
+    "topk": "K of the top-K strategies (K + 1 slots with the sampled token)",
+    "reps": "timed repetitions, round-robin across strategies (best and median reported)",
+    "warmup": "untimed repetitions first",
+    "threads": "torch intra-op threads",
+    "seed": "seed of the synthetic inputs",
+}
 
 
 def make_inputs(cfg: Config, with_topk: bool) -> TrustRegionInputs:
@@ -137,11 +149,7 @@ def format_table(rows: list[dict], cfg: Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m oat_dppo.bench trust-region", description=__doc__.split("\n\n")[0])
-    for f, v in vars(Config()).items():
-        p.add_argument(f"--{f}", type=int, default=v)
+    p = config_parser("python -m oat_dppo.bench trust-region", __doc__, Config(), HELP)
     cfg = Config(**vars(p.parse_args(argv)))
     print(format_table(run(cfg), cfg), flush=True)
     return 0
