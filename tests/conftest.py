@@ -2,11 +2,10 @@
 
 import os
 
+import pytest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="module")

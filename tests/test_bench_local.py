@@ -66,7 +66,7 @@ def test_local_benchmark_comparison_only(keep_threads):
 
 @pytest.mark.parametrize("name", ["local", "oat", "trust-region"])
 def test_every_benchmark_explains_each_option_in_help(name, capsys):
-    """One option per Config field, each with its help text and default; --help loads nothing heavy."""
+    """One option per Config field, each with its help text and default."""
     import dataclasses
     import importlib
 

@@ -8,6 +8,7 @@ that adds BOS by itself (Llama 3) does not add a second one.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 _DEFAULT_RAW_PREAMBLE = (
@@ -47,6 +48,7 @@ def _llama3(obs: str, tokenizer: Any, system: str | None) -> str:
     )
 
 
+@functools.lru_cache(maxsize=8)  # once per tokenizer, not once per prompt
 def _own_bos(tokenizer: Any) -> str:
     """The BOS text `tokenizer` puts before every encoding by itself (Llama 3, OctoThinker), else "".
 
