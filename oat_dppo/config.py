@@ -109,6 +109,8 @@ class TrainConfig:
     """Turns per optimizer step (a rollout batch gives several steps: the trust region matters from the second on)."""
     micro_batch_size: int = 4
     """Turns per forward/backward; gradients accumulate up to --mini-batch-size."""
+    logits_chunk_tokens: int = 4096
+    """Response tokens per LM-head block: a block's [tokens, vocab] logits are recomputed in backward instead of kept for the whole micro-batch (0: one block). Bounds the head's memory for long responses and large vocabularies."""
     max_grad_norm: float = 1.0
     """Gradient clipping (0: off)."""
     aggregation: Aggregation = "token_mean"
@@ -213,7 +215,8 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"--max-turns must be >= 1, got {cfg.max_turns}")
     if cfg.gamma is not None and not 0.0 <= cfg.gamma <= 1.0:
         raise ConfigError(f"--gamma must be in [0, 1], got {cfg.gamma}")
-    for name in ("eval_every", "eval_episodes", "save_every", "log_episodes", "threads", "trainable_layers", "lora_rank"):
+    for name in ("eval_every", "eval_episodes", "save_every", "log_episodes", "threads", "trainable_layers", "lora_rank",
+                 "logits_chunk_tokens"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
     if cfg.env == "math" and not cfg.math_data:

@@ -25,3 +25,39 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def refuse_network(attempts: list) -> None:
+    """Make every DNS lookup and outgoing connection of this process fail at once, recorded in
+    `attempts`. Tests that a failure is immediate assert how many attempts it made, not how long it
+    took: a clock on a shared machine measures the other jobs."""
+    import errno
+    import socket
+
+    def lookup(host, *args, **kwargs):
+        attempts.append(("getaddrinfo", host))
+        raise socket.gaierror(socket.EAI_NONAME, f"test: no network ({host})")
+
+    def connect(sock, address):
+        attempts.append(("connect", address))
+        raise ConnectionRefusedError(errno.ECONNREFUSED, f"test: no network ({address})")
+
+    def connect_ex(sock, address):
+        attempts.append(("connect", address))
+        return errno.ECONNREFUSED
+
+    socket.getaddrinfo = lookup
+    socket.socket.connect = connect
+    socket.socket.connect_ex = connect_ex
+
+
+@pytest.fixture
+def network_attempts(monkeypatch):
+    """`refuse_network` for one test (undone after it); yields the list of attempts."""
+    import socket
+
+    for obj, name in [(socket, "getaddrinfo"), (socket.socket, "connect"), (socket.socket, "connect_ex")]:
+        monkeypatch.setattr(obj, name, getattr(obj, name))  # restored at teardown
+    attempts: list = []
+    refuse_network(attempts)
+    yield attempts

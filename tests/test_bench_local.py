@@ -64,7 +64,7 @@ def test_local_benchmark_comparison_only(keep_threads):
     assert table.count("\n|---") == 3 and table.count("| tiny-qwen3 | rg:arc_1d |") == 1
 
 
-@pytest.mark.parametrize("name", ["local", "oat", "trust-region"])
+@pytest.mark.parametrize("name", ["local", "oat", "trust-region", "head"])
 def test_every_benchmark_explains_each_option_in_help(name, capsys):
     """One option per Config field, each with its help text and default."""
     import dataclasses
@@ -81,8 +81,53 @@ def test_every_benchmark_explains_each_option_in_help(name, capsys):
         assert " ".join(module.HELP[f.name].split()) in out and f"(default: {default})" in out
 
 
+def test_head_benchmark_measures_the_chunked_head_against_one_block(keep_threads, capsys):
+    """`bench head`: one-block baseline always first; checkpointed blocks allocate smaller tensors."""
+    from oat_dppo.bench import head
+
+    cfg = head.Config(vocab=2048, hidden=32, tokens=128, sequences=2, prompt=8, chunks="32", reps=1, warmup=0)
+    rows = head.run(cfg)
+    assert [r["chunk"] for r in rows] == [0, 32]
+    base, chunked = rows
+    assert base["cpu_ratio"] == 1.0 and chunked["cpu"] > 0
+    # the largest tensor is a [rows, V] float32 block: all 128 response rows at once, or 32
+    assert base["largest"] == 128 * 2048 * 4 and chunked["largest"] == 32 * 2048 * 4
+    assert chunked["peak"] is None or chunked["peak"] > 0
+    table = head.format_table(rows, cfg, 128)
+    assert "| one block (0) |" in table and "| 32 |" in table and "<= 1.35" in table
+    assert bench_main.BENCHMARKS["head"] == "oat_dppo.bench.head"
+    for bad in ("a,b", "-5", ""):
+        with pytest.raises(SystemExit, match="--chunks"):
+            head.main(["--chunks", bad])
+
+
 def test_benchmark_options_need_help_text():
     from oat_dppo.bench.cli import config_parser
 
     with pytest.raises(ValueError, match="no help text for seed"):
         config_parser("bench x", None, local.Config(), {k: "h" for k in vars(local.Config()) if k != "seed"})
+
+
+def _double(x):
+    return 2 * x
+
+
+def _fail(x):
+    raise ValueError(f"child failed on {x}")
+
+
+def _vanish(x):
+    import os
+
+    os._exit(3)  # as the OOM killer would: no exception, no result
+
+
+def test_in_fresh_process_returns_the_result_or_raises_when_the_child_dies(capfd):
+    from oat_dppo.bench.memory import in_fresh_process
+
+    assert in_fresh_process(_double, 21) == 42
+    with pytest.raises(RuntimeError, match=r"_fail died in its child process \(exit code 1"):
+        in_fresh_process(_fail, 7, timeout=120)
+    assert "child failed on 7" in capfd.readouterr().err
+    with pytest.raises(RuntimeError, match=r"_vanish died in its child process \(exit code 3"):
+        in_fresh_process(_vanish, 0, timeout=120)

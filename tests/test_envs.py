@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -376,33 +375,31 @@ def test_procedural_math_offline_and_seeded():
 
 
 def test_hub_math_id_offline_fails_at_once_with_a_clear_message():
+    # A fresh process: HF_HUB_OFFLINE is read when huggingface_hub and datasets are imported.
     code = (
-        "import time; from oat_dppo.envs import make_env, DatasetUnavailableError\n"
-        "import datasets, gem  # imports are a fixed cost; the clock is for the failure itself\n"
-        "t = time.time()\n"
+        "from conftest import refuse_network; attempts = []; refuse_network(attempts)\n"
+        "from oat_dppo.envs import make_env, DatasetUnavailableError\n"
         "try:\n    make_env('math:Math12K', seed=0)\n"
-        "except DatasetUnavailableError as e:\n    print(round(time.time() - t, 2)); print(e)\n"
+        "except DatasetUnavailableError as e:\n    print(len(attempts)); print(e)\n"
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "tests")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=60, cwd=REPO)
+                         timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr
-    seconds, message = out.stdout.split("\n", 1)
-    assert float(seconds) < 5
+    attempts, message = out.stdout.split("\n", 1)
+    assert attempts == "0"  # offline: no lookup, no retries, so nothing to wait for
     assert "axon-rl/MATH-12k" in message and "offline mode is on" in message
     assert "--env math --math-data FILE" in message and "math:procedural" in message
 
 
-def test_hub_math_id_without_network_fails_at_once(monkeypatch):
+def test_hub_math_id_without_network_fails_at_once(monkeypatch, network_attempts):
     monkeypatch.setattr(hub, "hub_offline", lambda: False)
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: refused at once
     for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
-    start = time.perf_counter()
     with pytest.raises(DatasetUnavailableError, match="cannot be reached") as err:
         make_env("eval:MATH500", seed=0)
-    assert time.perf_counter() - start < 5
     assert "--math-data" in str(err.value)
+    assert 1 <= len(network_attempts) <= 2, network_attempts  # it tried, and gave up without retrying
 
 
 # ---------------------------------------------------------------- import-path environments
@@ -492,11 +489,10 @@ def test_import_path_bad_targets(env_id, error, pattern):
     [("game:Sudoku-v0-eazy", "game:Sudoku-v0-easy"), ("rg:arc1d", "rg:arc_1d"),
      ("math:procedual", "math:procedural"), ("rg:ACRE", "rg:acre")],
 )
-def test_unknown_id_suggests_the_closest_ids(env_id, expected):
-    start = time.perf_counter()
+def test_unknown_id_suggests_the_closest_ids(env_id, expected, network_attempts):
     with pytest.raises(UnknownEnvError) as err:
         make_env(env_id, seed=0)
-    assert time.perf_counter() - start < 5
+    assert network_attempts == []  # the suggestion comes from the local registry
     message = str(err.value)
     assert isinstance(err.value, ValueError)
     assert repr(env_id) in message and "python -m oat_dppo.envs --list" in message
@@ -539,11 +535,9 @@ def test_cli_list():
     assert any(line.startswith("eval (") and "--math-data" in line for line in lines)
 
 
-def test_cli_help_is_fast_and_imports_nothing_heavy():
-    start = time.perf_counter()
+def test_cli_help_imports_nothing_heavy():
     out = run_cli("--help")
     assert out.returncode == 0 and "--list" in out.stdout
-    assert time.perf_counter() - start < 5
     probe = ("import sys, oat_dppo.envs; "
              "print(sorted(m for m in ('torch', 'transformers', 'gem', 'datasets') if m in sys.modules))")
     imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -68,11 +68,11 @@ def test_policy_logprobs_equal_mu_and_the_full_forward(policy):
     assert (out.entropy[m] > 0).all()
 
 
-def _grads_after_one_step(policy, turns, micro: int):
+def _grads_after_one_step(policy, turns, micro: int, chunk: int = 0, strategy: str = "dppo_binary_tv", **params):
     model = copy.deepcopy(policy[0])
-    tr = make_trust_region("dppo_binary_tv")
+    tr = make_trust_region(strategy, **params)
     learner = Learner(model, tr, LearnerConfig(learning_rate=1e-3, mini_batch_size=len(turns), micro_batch_size=micro,
-                                               max_grad_norm=0.0), pad_id=0)
+                                               max_grad_norm=0.0, logits_chunk_tokens=chunk), pad_id=0)
     # Capture the accumulated gradient right before the optimizer step.
     captured = {}
     step = learner.optimizer.step
@@ -93,6 +93,51 @@ def test_gradient_accumulation_equals_one_big_batch(policy):
     assert one.keys() == acc.keys()
     for k in one:
         assert torch.allclose(one[k], acc[k], atol=1e-6, rtol=1e-4), k
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16])
+def test_chunked_head_gives_the_same_logprobs_and_gradients(policy, chunk):
+    """Checkpointed LM-head blocks change memory, not math: log pi, pi on mu's top-K, entropy and the
+    accumulated gradient of a top-K strategy equal the one-block computation."""
+    model, _ = policy
+    turns = sampled_turns(policy, n=4, topk=3)
+    batch = collate(turns, pad_id=0, topk=3)
+    assert batch.num_tokens > 16  # every chunk size above splits the batch
+    whole = policy_logprobs(model, batch, with_topk=True)
+    split = policy_logprobs(model, batch, with_topk=True, chunk_tokens=chunk)
+    for a, b in [(whole.logp, split.logp), (whole.topk_logp, split.topk_logp), (whole.entropy, split.entropy)]:
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    one = _grads_after_one_step(policy, turns, micro=2, strategy="dppo_topk_kl", topk=3)
+    chunked = _grads_after_one_step(policy, turns, micro=2, chunk=chunk, strategy="dppo_topk_kl", topk=3)
+    assert one.keys() == chunked.keys() and one
+    for k in one:
+        torch.testing.assert_close(one[k], chunked[k], rtol=1e-5, atol=1e-6)  # float32 summation order
+
+
+def _largest_saved_head_block(model, batch, chunk: int) -> int:
+    """Rows of the largest [rows, V] tensor autograd keeps for backward in one training forward."""
+    V = model.config.vocab_size
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}  # the head's W^T is [H, V]
+    rows = [0]
+
+    def pack(t):
+        if t.dim() == 2 and t.shape[-1] == V and t.untyped_storage().data_ptr() not in weights:
+            rows.append(t.shape[0])
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        policy_logprobs(model, batch, chunk_tokens=chunk).logp.sum().backward()
+    model.zero_grad()
+    return max(rows)
+
+
+def test_chunked_head_keeps_no_full_logits_for_backward(policy):
+    model, _ = policy
+    batch = collate(sampled_turns(policy, n=4), pad_id=0)
+    # One block keeps [N, V] logits (and log-softmax) until backward ...
+    assert _largest_saved_head_block(model, batch, chunk=0) == batch.num_tokens
+    # ... checkpointed blocks keep none: each is recomputed, one at a time, in backward.
+    assert _largest_saved_head_block(model, batch, chunk=4) == 0
 
 
 @pytest.mark.parametrize("name, params, extra_passes", [

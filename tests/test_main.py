@@ -130,6 +130,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--temperature", "0.7"], ["temperature 1"]),
         (["--trust-region", "ppo_clip", "--delta", "0.2"], ["does not take 'delta'"]),
         (["--delta", "-1"], ["delta must be >= 0"]),
+        (["--logits-chunk-tokens", "-1"], ["--logits-chunk-tokens must be >= 0"]),
         (["--backend", "oat"], ["--backend oat needs", "docs/gpu.md"]),
         (["--env", "math"], ["--math-data"]),
         (["--model", "no-such-org/no-such-model"], ["no-such-org/no-such-model"]),

@@ -47,12 +47,9 @@ def tiny_qwen():
 
 
 @pytest.mark.parametrize("name,arch", [("tiny-qwen3", "qwen3"), ("tiny-llama", "llama")])
-def test_tiny_model_shape_and_speed(name, arch):
-    load_policy(name)  # warm imports
-    t0 = time.perf_counter()
+def test_tiny_model_shape(name, arch, network_attempts):
     model, tok = load_policy(name)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 3.0, f"{name} took {elapsed:.2f} s (target < 1 s; 3x headroom for a noisy VM)"
+    assert network_attempts == []  # built from a config and a local tokenizer, nothing fetched
     cfg = model.config
     assert cfg.model_type == arch
     assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads) == (128, 4, 4)
@@ -161,12 +158,11 @@ def test_save_and_reload_by_path(tmp_path, tiny_qwen):
 # --------------------------------------------------------------------------------------------
 
 
-def test_uncached_hub_id_offline_fails_fast_and_helpfully(monkeypatch):
+def test_uncached_hub_id_offline_fails_at_once_and_helpfully(monkeypatch, network_attempts):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    t0 = time.perf_counter()
     with pytest.raises(ModelNotFoundError) as err:
         load_policy("no-such-org-oat-dppo/no-such-model-1234")
-    assert time.perf_counter() - t0 < 5
+    assert network_attempts == []  # offline: no lookup, no retries, so nothing to wait for
     msg = str(err.value)
     assert "local path" in msg and "'smollm2'" in msg and "HF_HUB_OFFLINE" in msg
     with pytest.raises(ModelNotFoundError):
@@ -473,7 +469,8 @@ def test_lora_with_gradient_checkpointing_backprops(lora_first):
 @pytest.mark.slow
 def test_smollm2_end_to_end(tmp_path):
     """Two processes materialize into a fresh cache at once (one conversion, one message), then the
-    model loads fast, renders ChatML, and its sampled log-probs match teacher forcing."""
+    model loads without converting again, renders ChatML, and its sampled log-probs match teacher
+    forcing."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", OAT_DPPO_CACHE=str(tmp_path))
     code = "from oat_dppo.models import smollm2_dir; print(smollm2_dir())"
     procs = [
@@ -489,9 +486,12 @@ def test_smollm2_end_to_end(tmp_path):
     assert sum("materializing SmolLM2" in o[1] for o in outs) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([final.name, f".{final.name}.lock"])
 
-    t0 = time.perf_counter()
-    model, tok = load_policy("smollm2", cache_dir=tmp_path)
-    assert time.perf_counter() - t0 < 15
+    def no_second_conversion(*args):
+        raise AssertionError("SmolLM2 converted again although the cache is complete")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(models, "_convert_smollm2", no_second_conversion)
+        model, tok = load_policy("smollm2", cache_dir=tmp_path)
     assert model.config.model_type == "llama" and model.config.vocab_size == 49152
     assert tok.eos_token == "<|im_end|>" and tok.padding_side == "left"
     assert model_family(model) == "chatml"

@@ -146,15 +146,16 @@ def test_ppo_clip_recompute_reproduces_stock_oat_loss_and_update(tok, critic_typ
     assert_same_params(stock, ours)
 
 
-@pytest.mark.parametrize("tis_c", [None, 2.0])
-def test_ppo_clip_recompute_reproduces_stock_oat_over_several_steps_with_clipping(tok, tis_c):
+@pytest.mark.parametrize("tis_c, chunk", [(None, 4096), (2.0, 4096), (None, 7)])
+def test_ppo_clip_recompute_reproduces_stock_oat_over_several_steps_with_clipping(tok, tis_c, chunk):
     """4 optimizer steps per call (2 epochs x 2 accumulation windows of 2 micro-batches): from the
-    second step on pi != pi_old and the clip masks tokens; Oat's TIS (tis_c) is reproduced too."""
+    second step on pi != pi_old and the clip masks tokens; Oat's TIS (tis_c) is reproduced too, and
+    so is everything with the LM head in checkpointed 7-token blocks (recompute and training)."""
     common = dict(critic_type="drgrpo", num_ppo_epochs=2, train_batch_size=4, train_batch_size_per_device=2,
                   tis_c=tis_c)
     stock = H.make_stock_learner(dict(use_fused_lm_head=False, **common), post_init=sgd(3.0))
-    ours = H.make_stock_learner(args=dppo_args(**STOCK_EQUIV, **common), learner_cls=DPPOLearner,
-                                post_init=sgd(3.0))
+    ours = H.make_stock_learner(args=dppo_args(**STOCK_EQUIV, logits_chunk_tokens=chunk, **common),
+                                learner_cls=DPPOLearner, post_init=sgd(3.0))
     tr = H.make_transitions(tok, 8, behavior=stock.model, logprob_offset=-1.0)  # pi_old/mu = e > tis_c
     info_s, info_o = step(stock, tr), step(ours, tr)
     assert stock.strategy.optimizer_steps == ours.strategy.optimizer_steps == 4

@@ -173,6 +173,7 @@ class LocalTrainer:
                 num_ppo_epochs=cfg.num_ppo_epochs,
                 mini_batch_size=cfg.mini_batch_size,
                 micro_batch_size=cfg.micro_batch_size,
+                logits_chunk_tokens=cfg.logits_chunk_tokens,
                 max_grad_norm=cfg.max_grad_norm,
                 aggregation=cfg.aggregation,
                 constant_length=constant,

@@ -9,6 +9,7 @@ BENCHMARKS = {
     "engine": "oat_dppo.bench.engine",
     "local": "oat_dppo.bench.local",
     "oat": "oat_dppo.bench.oat",
+    "head": "oat_dppo.bench.head",
 }
 
 

@@ -64,6 +64,42 @@ def _reset_peak() -> bool:
         return False
 
 
+def _child_main(fn: Callable[..., Any], args: tuple, queue) -> None:
+    queue.put(fn(*args))
+
+
+def in_fresh_process(fn: Callable[..., Any], *args: Any, timeout: float = 1800) -> Any:
+    """`fn(*args)` in a freshly spawned Python process (so memory measured there starts clean);
+    `fn` must be a module-level function, its result picklable. A child that dies without a
+    result (an exception, the OOM killer) raises RuntimeError at once instead of a hang."""
+    import multiprocessing as mp
+    import queue as queue_mod
+    import time
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_child_main, args=(fn, args, results))
+    proc.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                return results.get(timeout=1.0)
+            except queue_mod.Empty:
+                if not proc.is_alive():
+                    try:  # the result may have landed just as the child exited
+                        return results.get(timeout=1.0)
+                    except queue_mod.Empty:
+                        raise RuntimeError(f"{fn.__name__} died in its child process (exit code {proc.exitcode}; "
+                                           "a Python error printed its traceback above)") from None
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{fn.__name__} gave no result within {timeout:.0f} s")
+    finally:
+        if proc.is_alive():
+            proc.terminate()
+        proc.join()
+
+
 def peak_rss_delta(make_inputs: Callable[[], Any], run: Callable[[Any], None]) -> int | None:
     """Extra peak resident memory of `run(inputs)` over what the process held before it.
 

@@ -13,7 +13,6 @@ largest single tensor a strategy allocates, against the [B, T, K+1] top-K input.
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import statistics
 import time
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from oat_dppo.bench.cli import config_parser
-from oat_dppo.bench.memory import AllocationTracker, peak_rss_delta
+from oat_dppo.bench.memory import AllocationTracker, in_fresh_process, peak_rss_delta
 from oat_dppo.trust_region import TrustRegionInputs, aggregate, available, make_trust_region
 
 TARGET_BINARY = 1.3
@@ -83,20 +82,10 @@ def build(name: str, cfg: Config):
     return make_trust_region(name, topk=cfg.topk) if "topk" in name else make_trust_region(name)
 
 
-def _rss_child(name: str, cfg: Config, queue) -> None:
+def _peak_rss(name: str, cfg: Config) -> int | None:
     torch.set_num_threads(cfg.threads)
     tr = build(name, cfg)
-    queue.put(peak_rss_delta(lambda: make_inputs(cfg, tr.needs_topk), lambda x: step(tr, x)))
-
-
-def measure_peak_rss(name: str, cfg: Config) -> int:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_rss_child, args=(name, cfg, queue))
-    proc.start()
-    value = queue.get(timeout=600)
-    proc.join()
-    return value
+    return peak_rss_delta(lambda: make_inputs(cfg, tr.needs_topk), lambda x: step(tr, x))
 
 
 def run(cfg: Config) -> list[dict]:
@@ -119,7 +108,7 @@ def run(cfg: Config) -> list[dict]:
         with tracker:
             step(trs[n], inputs[n])
         rows.append(dict(name=n, time=min(times[n]), median=statistics.median(times[n]), largest=tracker.largest, allocated=tracker.total,
-                         peak=measure_peak_rss(n, cfg)))
+                         peak=in_fresh_process(_peak_rss, n, cfg)))
     base = next(r for r in rows if r["name"] == "pg_is")
     topk_input = cfg.batch * cfg.seq * (cfg.topk + 1) * 4
     for r in rows:

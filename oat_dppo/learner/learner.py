@@ -30,6 +30,7 @@ class LearnerConfig:
     num_ppo_epochs: int = 1
     mini_batch_size: int = 16  # turns per optimizer step
     micro_batch_size: int = 4  # turns per forward/backward (gradient accumulation)
+    logits_chunk_tokens: int = 4096  # response tokens per checkpointed LM-head block (0: one block)
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     aggregation: str = "token_mean"
@@ -48,14 +49,16 @@ def trust_region_loss(
     constant_length: int | None = None,
     num_tokens: float | None = None,
     num_sequences: float | None = None,
+    logits_chunk_tokens: int = 0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """One micro-batch: log pi at the response tokens -> trust region -> aggregated loss.
 
     Shared by the local learner and the Oat learner. `num_tokens` / `num_sequences` are the whole
     mini-batch's normalizers, so that accumulating micro-batches equals one big batch.
+    `logits_chunk_tokens`: see `policy_logprobs`.
     """
     topk = getattr(trust_region, "topk", 0)
-    pol = policy_logprobs(model, batch, with_topk=topk > 0)
+    pol = policy_logprobs(model, batch, with_topk=topk > 0, chunk_tokens=logits_chunk_tokens)
     out = trust_region(
         TrustRegionInputs(
             logp=pol.logp,
@@ -174,6 +177,7 @@ class Learner:
             loss, metrics = trust_region_loss(
                 self.model, batch, self.trust_region, aggregation=cfg.aggregation,
                 constant_length=cfg.constant_length, num_tokens=n_tokens, num_sequences=n_seqs,
+                logits_chunk_tokens=cfg.logits_chunk_tokens,
             )
             self.forward_passes += 1
             loss.backward()
@@ -193,7 +197,7 @@ class Learner:
         """pi_old for anchor="recompute": one no-grad forward over the batch, before any update."""
         for micro in self._micro_batches(turns):
             batch = collate(micro, self.pad_id, 0).to(self.device)
-            logp = policy_logprobs(self.model, batch, with_entropy=False).logp
+            logp = policy_logprobs(self.model, batch, with_entropy=False, chunk_tokens=self.config.logits_chunk_tokens).logp
             self.forward_passes += 1
             for b, turn in enumerate(micro):
                 p, r = len(turn.prompt_ids), len(turn.response_ids)

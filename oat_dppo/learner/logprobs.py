@@ -3,6 +3,12 @@
 Prompts are long and responses short, so the LM head (the [*, V] matmul and log-softmax, the
 dominant cost for small models with large vocabularies) runs only on the hidden states that predict
 response tokens: [N_response, V] instead of [B, T, V].
+
+Long responses make even [N_response, V] large (16k tokens x 151k Qwen ids x 4 bytes = 9.7 GB per
+float32 copy, and the log-softmax keeps one for backward). With `chunk_tokens`, the head runs on
+chunks of response positions under activation checkpointing: each chunk's logits are freed after
+its forward and recomputed in backward, so at most one [chunk, V] block is alive at a time. The
+gradient is the same; the price is one more head forward in backward.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from oat_dppo.learner.batch import TokenBatch
 
@@ -29,34 +36,74 @@ def _decoder_and_head(model):
     return decoder, head
 
 
-def policy_logprobs(model, batch: TokenBatch, *, with_topk: bool = False, with_entropy: bool = True) -> PolicyLogprobs:
-    """Forward `batch` through `model` and gather log pi(a_t|s_t) at the response tokens."""
+def _head_logprobs(head, softcap: float | None, hidden: Tensor, targets: Tensor, topk_ids: Tensor | None,
+                   with_entropy: bool, stats: dict[str, Tensor]) -> Tensor:
+    """log pi(target) for one block of response positions: [n, H] -> [n] (grad).
+
+    Fills `stats` (detached entropy [n] and log pi on `topk_ids` [n, S]) once, on the forward
+    call. Under checkpointing the backward's recompute finds it filled and skips that work.
+    """
+    logits = head(hidden)  # [n, V]
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    logp_all = logits.float().log_softmax(-1)  # [n, V]
+    if not stats.get("filled"):
+        stats["filled"] = True
+        with torch.no_grad():
+            if with_entropy:
+                stats["entropy"] = -(logp_all.exp() * logp_all).sum(-1)  # [n]
+            if topk_ids is not None:
+                stats["topk"] = logp_all.gather(-1, topk_ids)  # [n, S]
+    return logp_all.gather(-1, targets[:, None])[:, 0]  # [n]
+
+
+def policy_logprobs(model, batch: TokenBatch, *, with_topk: bool = False, with_entropy: bool = True,
+                    chunk_tokens: int = 0) -> PolicyLogprobs:
+    """Forward `batch` through `model` and gather log pi(a_t|s_t) at the response tokens.
+
+    `chunk_tokens > 0`: apply the LM head to at most that many response positions at a time,
+    checkpointed when gradients are on (see the module docstring). 0: one block.
+    """
     ids, attn, resp = batch.input_ids, batch.attention_mask, batch.response_mask  # [B, T]
     B, T = ids.shape
+    if with_topk and batch.topk_ids is None:
+        raise ValueError("with_topk needs batch.topk_ids (record top-K log-probs at rollout)")
     # Response token at position t is predicted from the hidden state at t - 1.
     b_idx, t_idx = resp.nonzero(as_tuple=True)  # [N] each
+    targets = ids[b_idx, t_idx]  # [N]
+    topk_ids = batch.topk_ids[b_idx, t_idx] if with_topk else None  # [N, S]
     decoder, head = _decoder_and_head(model)
     if decoder is not None and head is not None:
         hidden = decoder(input_ids=ids, attention_mask=attn.long(), use_cache=False).last_hidden_state  # [B, T, H]
-        logits = head(hidden[b_idx, t_idx - 1])  # [N, V]
-    else:  # a model without the usual split: full logits, then select
-        logits = model(input_ids=ids, attention_mask=attn.long(), use_cache=False).logits[b_idx, t_idx - 1]
-    cap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    logp_all = logits.float().log_softmax(-1)  # [N, V]
-    targets = ids[b_idx, t_idx]  # [N]
+        inputs = hidden[b_idx, t_idx - 1]  # [N, H]
+    else:  # a model without the usual split: full logits, then select; the "head" is the identity
+        inputs = model(input_ids=ids, attention_mask=attn.long(), use_cache=False).logits[b_idx, t_idx - 1]  # [N, V]
+        head = torch.nn.Identity()
+    softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+
+    N = targets.shape[0]
+    step = chunk_tokens if 0 < chunk_tokens < N else max(N, 1)
+    checkpointed = step < N and torch.is_grad_enabled()
+    logp_parts, entropy_parts, topk_parts = [], [], []
+    for i in range(0, max(N, 1), step):  # N == 0: one empty block, so logp still carries a graph
+        rows = slice(i, i + step)
+        stats: dict = {}
+        block = (head, softcap, inputs[rows], targets[rows], None if topk_ids is None else topk_ids[rows],
+                 with_entropy, stats)
+        if checkpointed:
+            logp_parts.append(checkpoint(_head_logprobs, *block, use_reentrant=False))
+        else:
+            logp_parts.append(_head_logprobs(*block))
+        entropy_parts.append(stats.get("entropy"))
+        topk_parts.append(stats.get("topk"))
+
     logp = torch.zeros(B, T, dtype=torch.float32, device=ids.device)
-    logp = logp.index_put((b_idx, t_idx), logp_all.gather(-1, targets[:, None])[:, 0])  # [B, T], grad
-    topk_logp = None
     entropy = torch.zeros(B, T, dtype=torch.float32, device=ids.device)
-    with torch.no_grad():
-        if with_topk:
-            if batch.topk_ids is None:
-                raise ValueError("with_topk needs batch.topk_ids (record top-K log-probs at rollout)")
-            S = batch.topk_ids.shape[-1]
-            topk_logp = torch.full((B, T, S), float("-inf"), device=ids.device)
-            topk_logp[b_idx, t_idx] = logp_all.gather(-1, batch.topk_ids[b_idx, t_idx])  # [N, S]
-        if with_entropy:
-            entropy[b_idx, t_idx] = -(logp_all.exp() * logp_all).sum(-1)
+    topk_logp = None
+    logp = logp.index_put((b_idx, t_idx), torch.cat(logp_parts))  # [B, T], grad
+    if with_entropy:
+        entropy[b_idx, t_idx] = torch.cat(entropy_parts)
+    if with_topk:
+        topk_logp = torch.full((B, T, batch.topk_ids.shape[-1]), float("-inf"), device=ids.device)
+        topk_logp[b_idx, t_idx] = torch.cat(topk_parts)  # [N, S]
     return PolicyLogprobs(logp=logp, topk_logp=topk_logp, entropy=entropy)

@@ -76,7 +76,7 @@ OAT_DEFAULT_OVERRIDES: dict[str, tuple[Any, Any, str]] = {
     "tis_c": (None, None, "Oat's truncated IS (pi_old/mu clamped at tis_c). Off for DPPO: with --behavior rollout the weight is already pi/mu (truncate it with --C); only meaningful with --behavior recompute."),
     "beta": (None, 0.0, "KL-to-reference coefficient. Must be 0: the DPPO learner has no reference model (the paper's runs use 0)."),
     "cliprange": (Optional[float], None, "Oat's PPO clip: for ppo_clip strategies, sets --eps-low and --eps-high when they are not given."),
-    "use_fused_lm_head": (None, False, "Unused by the DPPO learner: it computes log pi (and pi on mu's top-K ids) with the LM head applied only at response positions, never a [B, T, V] tensor."),
+    "use_fused_lm_head": (None, False, "Unused by the DPPO learner: it computes log pi (and pi on mu's top-K ids) with the LM head applied only at response positions, in checkpointed blocks of --logits-chunk-tokens: never a [B, T, V] tensor."),
     "pi_buffer_maxlen_per_device": (Optional[int], None, "Turns a learner buffers per learning round (default: exactly "
                                     "one round: rollout-batch-size-per-device x group size x steps per update)."),
     "lr_scheduler": (None, "constant", "Learning-rate schedule (constant: as the local backend and GEM's/Oat's RL "
@@ -291,6 +291,7 @@ def to_train_config(args) -> TrainConfig:
         num_ppo_epochs=args.num_ppo_epochs,
         mini_batch_size=args.train_batch_size,
         micro_batch_size=args.train_batch_size_per_device,
+        logits_chunk_tokens=args.logits_chunk_tokens,
         max_grad_norm=args.max_norm,
         aggregation=aggregation_of(args),
         advantage=args.advantage,

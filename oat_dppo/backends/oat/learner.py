@@ -136,6 +136,7 @@ class DPPOLearner(PPOLearner):
                     loss, metrics = trust_region_loss(
                         policy, mbatch, self.trust_region, aggregation=self.aggregation,
                         constant_length=self.constant_length, num_tokens=n_tok, num_sequences=n_seq,
+                        logits_chunk_tokens=self.args.logits_chunk_tokens,
                     )
                     self.forward_counts["train"] += 1
                     micro_index += 1
@@ -171,7 +172,8 @@ class DPPOLearner(PPOLearner):
             rows = torch.arange(i, min(i + mb, B))
             sub = select_rows(batch, rows)
             sub.topk_ids = sub.topk_behavior_logp = sub.topk_valid = None  # not needed for pi_old
-            logp = policy_logprobs(policy, sub.to(device), with_entropy=False).logp  # [mb, width]
+            logp = policy_logprobs(policy, sub.to(device), with_entropy=False,
+                                   chunk_tokens=self.args.logits_chunk_tokens).logp  # [mb, width]
             old[rows, : logp.shape[1]] = logp.float().cpu()
             self.forward_counts["recompute"] += 1
         return old
