@@ -4,11 +4,11 @@ Prompts are long and responses short, so the LM head (the [*, V] matmul and log-
 dominant cost for small models with large vocabularies) runs only on the hidden states that predict
 response tokens: [N_response, V] instead of [B, T, V].
 
-Long responses make even [N_response, V] large (16k tokens x 151k Qwen ids x 4 bytes = 9.7 GB per
+Long responses make even [N_response, V] large (16k tokens x 151k Qwen ids x 4 bytes = 9.3 GiB per
 float32 copy, and the log-softmax keeps one for backward). With `chunk_tokens`, the head runs on
-chunks of response positions under activation checkpointing: each chunk's logits are freed after
-its forward and recomputed in backward, so at most one [chunk, V] block is alive at a time. The
-gradient is the same; the price is one more head forward in backward.
+blocks of response positions under activation checkpointing: each block's logits are freed after
+its forward and recomputed in backward, so only one block's [chunk, V] tensors are alive at a
+time. The gradient is the same; the price is one more head forward in backward.
 """
 
 from __future__ import annotations
