@@ -57,6 +57,19 @@ def test_trains_end_to_end_on_gem_envs(tmp_path, env, extra):
     assert episodes and episodes[0]["turns"][0]["prompt"]
 
 
+def test_logits_chunk_tokens_changes_memory_not_results(tmp_path):
+    """The LM head in 3-token checkpointed blocks trains the same run as one block."""
+    dirs = [run_main(tmp_path, "--env", "rg:arc_1d", "--iterations", "2", "--episodes-per-iteration", "4",
+                     "--logits-chunk-tokens", chunk, name=f"chunk{chunk}")[1] for chunk in ("0", "3")]
+    whole, blocks = (metrics(d) for d in dirs)
+    assert [json.loads((d / "config.json").read_text())["logits_chunk_tokens"] for d in dirs] == [0, 3]
+    for a, b in zip(whole, blocks):
+        assert a["train/train_tokens"] == b["train/train_tokens"] > 3  # more tokens than one block
+        for key in a:
+            if key.startswith(("train/", "rollout/reward")):
+                assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+
+
 def test_offline_math_file(tmp_path):
     data = tmp_path / "math.jsonl"
     data.write_text("".join(json.dumps({"problem": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n" for i in range(20)))
