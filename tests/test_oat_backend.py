@@ -126,6 +126,14 @@ def test_derived_settings():
     assert args.pi_buffer_maxlen_per_device == 64  # one learning round per learner
     args, _ = resolve("--iterations", "3", "--gpus", "8", "--collocate")
     assert args.max_train > 10**12
+    # LM-head blocks: on by default, off where ZeRO-3 partitions a frozen head (LoRA) before the recompute
+    for argv, chunk in [((), 4096), (("--zero-stage", "3"), 4096), (("--lora-rank", "8"), 4096),
+                        (("--logits-chunk-tokens", "512"), 512),
+                        (("--zero-stage", "3", "--lora-rank", "8", "--logits-chunk-tokens", "0"), 0)]:
+        args, _ = resolve("--gpus", "8", "--collocate", *argv)
+        assert args.logits_chunk_tokens == chunk == A.to_train_config(args).logits_chunk_tokens, argv
+    args, notes = resolve("--gpus", "8", "--collocate", "--zero-stage", "3", "--lora-rank", "8")
+    assert args.logits_chunk_tokens == 0 and any("--logits-chunk-tokens 0" in n for n in notes)
 
 
 @pytest.mark.parametrize(
@@ -150,6 +158,8 @@ def test_derived_settings():
         (["--train-batch-size", "12"], "must be a multiple of"),
         (["--train-batch-size", "256"], "straddles two rounds"),
         (["--episodes-per-iteration", "100", "--group-size", "8"], "must be a multiple of --group-size 8"),
+        (["--zero-stage", "3", "--lora-rank", "8", "--logits-chunk-tokens", "1024"], "DeepSpeed#8148"),
+        (["--logits-chunk-tokens", "-1"], "--logits-chunk-tokens must be >= 0"),
     ],
 )
 def test_each_violation_is_one_clear_message(argv, needle):

@@ -63,6 +63,7 @@ OWN_DEFAULT_OVERRIDES: dict[str, Any] = {
     "aggregation": None,  # -> from --critic-type (drgrpo: seq_sum_constant_length)
     "log": None,  # Oat logs to stdout, and to wandb with --use-wb (or --log wandb)
     "dtype": None,  # -> Oat's --bf16 / --fp16
+    "logits_chunk_tokens": None,  # -> the local default, or 0 under ZeRO-3 with LoRA
 }
 
 #: Oat fields re-declared with the project's default (and why).
@@ -96,6 +97,11 @@ OWN_HELP: dict[str, str] = {
     "log": "wandb: log to Weights & Biases (as --use-wb). Oat always logs to stdout.",
     "dtype": "bfloat16 / float16 / float32: sets Oat's --bf16 / --fp16 (default: Oat's --bf16).",
     "eval_episodes": "Held-out episodes per evaluation (every --eval-steps steps), split over the actors; 0: none.",
+    "logits_chunk_tokens": "Response tokens per LM-head block: a block's [tokens, vocab] logits are recomputed in "
+                           "backward (activation checkpointing) instead of kept for the whole micro-batch; 0: one block. "
+                           f"Default {TrainConfig.logits_chunk_tokens}, but 0 with --zero-stage 3 and --lora-rank: "
+                           "DeepSpeed 0.16.8 partitions the frozen LM head again before the recompute "
+                           "(deepspeedai/DeepSpeed#8148).",
 }
 
 _HELP = {
@@ -368,6 +374,18 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
             args.gamma = preset.gamma
     if args.eval_generate_max_length is None:
         args.eval_generate_max_length = args.generate_max_length
+    # Checkpointed LM-head blocks recompute the head in backward; under ZeRO-3 a *frozen* head (LoRA)
+    # is partitioned again by then, and torch's recompute check fails (deepspeedai/DeepSpeed#8148).
+    frozen_partitioned_head = args.zero_stage == 3 and args.lora_rank > 0
+    if args.logits_chunk_tokens is None:
+        args.logits_chunk_tokens = 0 if frozen_partitioned_head else TrainConfig.logits_chunk_tokens
+        if frozen_partitioned_head:
+            notes.append("--zero-stage 3 with --lora-rank: the LM head runs in one block (--logits-chunk-tokens 0)")
+    elif args.logits_chunk_tokens > 0 and frozen_partitioned_head:
+        raise ConfigError(f"--logits-chunk-tokens {args.logits_chunk_tokens} with --zero-stage 3 and --lora-rank "
+                          f"{args.lora_rank}: DeepSpeed 0.16.8 cannot recompute a block whose frozen, partitioned LM "
+                          "head it has released (deepspeedai/DeepSpeed#8148); use --logits-chunk-tokens 0 or "
+                          "--zero-stage 2")
     cfg = to_train_config(args)
     _config.validate(cfg)  # temperature 1 / top_p 1 / top_k -1, math data, ranges (same checks as local)
     from oat_dppo.backends.local import build_trust_region
