@@ -68,8 +68,11 @@ def test_policy_logprobs_equal_mu_and_the_full_forward(policy):
     assert (out.entropy[m] > 0).all()
 
 
-def _grads_after_one_step(policy, turns, micro: int, chunk: int = 0, strategy: str = "dppo_binary_tv", **params):
+def _grads_after_one_step(policy, turns, micro: int, chunk: int = 0, strategy: str = "dppo_binary_tv",
+                          frozen_head: bool = False, **params):
     model = copy.deepcopy(policy[0])
+    if frozen_head:  # as with LoRA or --trainable-layers: the (tied) LM head gets no gradient
+        model.get_output_embeddings().weight.requires_grad_(False)
     tr = make_trust_region(strategy, **params)
     learner = Learner(model, tr, LearnerConfig(learning_rate=1e-3, mini_batch_size=len(turns), micro_batch_size=micro,
                                                max_grad_norm=0.0, logits_chunk_tokens=chunk), pad_id=0)
@@ -95,10 +98,10 @@ def test_gradient_accumulation_equals_one_big_batch(policy):
         assert torch.allclose(one[k], acc[k], atol=1e-6, rtol=1e-4), k
 
 
-@pytest.mark.parametrize("chunk", [1, 5, 16])
-def test_chunked_head_gives_the_same_logprobs_and_gradients(policy, chunk):
+@pytest.mark.parametrize("chunk, frozen_head", [(1, False), (5, False), (16, False), (5, True)])
+def test_chunked_head_gives_the_same_logprobs_and_gradients(policy, chunk, frozen_head):
     """Checkpointed LM-head blocks change memory, not math: log pi, pi on mu's top-K, entropy and the
-    accumulated gradient of a top-K strategy equal the one-block computation."""
+    accumulated gradient of a top-K strategy equal the one-block computation (also with a frozen head)."""
     model, _ = policy
     turns = sampled_turns(policy, n=4, topk=3)
     batch = collate(turns, pad_id=0, topk=3)
@@ -107,9 +110,11 @@ def test_chunked_head_gives_the_same_logprobs_and_gradients(policy, chunk):
     split = policy_logprobs(model, batch, with_topk=True, chunk_tokens=chunk)
     for a, b in [(whole.logp, split.logp), (whole.topk_logp, split.topk_logp), (whole.entropy, split.entropy)]:
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
-    one = _grads_after_one_step(policy, turns, micro=2, strategy="dppo_topk_kl", topk=3)
-    chunked = _grads_after_one_step(policy, turns, micro=2, chunk=chunk, strategy="dppo_topk_kl", topk=3)
+    one = _grads_after_one_step(policy, turns, micro=2, strategy="dppo_topk_kl", topk=3, frozen_head=frozen_head)
+    chunked = _grads_after_one_step(policy, turns, micro=2, chunk=chunk, strategy="dppo_topk_kl", topk=3,
+                                    frozen_head=frozen_head)
     assert one.keys() == chunked.keys() and one
+    assert ("model.embed_tokens.weight" in one) != frozen_head
     for k in one:
         torch.testing.assert_close(one[k], chunked[k], rtol=1e-5, atol=1e-6)  # float32 summation order
 
