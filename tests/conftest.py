@@ -3,15 +3,19 @@
 import os
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # Property tests draw fresh examples on every local run (that is how they find bugs). CI runs the
 # "ci" profile: the same examples for the same commit, so a landing never depends on the draw.
-settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
-settings.register_profile("dev", print_blob=True)
+# No clocks anywhere: a per-example deadline or the too_slow health check on a shared machine measures
+# the other jobs. (The one place profiles are chosen: a module that loaded its own would replace
+# these for all.)
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60,
+                          print_blob=True)
+settings.register_profile("ci", settings.get_profile("dev"), derandomize=True, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 

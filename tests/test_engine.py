@@ -370,7 +370,8 @@ def test_recorder_pairs_each_step_with_the_next_sampled_token():
     assert torch.isneginf(rec.slot_logp[1][0, 2])
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     lengths=st.lists(st.integers(1, 20), min_size=1, max_size=5),
     max_new=st.integers(1, 10),

@@ -13,6 +13,7 @@ from oat_dppo.trust_region import (
     available,
     binary_kl,
     binary_tv,
+    full_kl,
     make_trust_region,
     topk_kl,
     topk_tv,
@@ -305,6 +306,28 @@ def test_minus_inf_topk_entries_are_zero_probabilities():
     # TV: (|.6-.5| + 0 + |0-.05| + |0 - .05|) / 2 = 0.1 ; KL: .6 ln(.6/.5) + .4 ln 1 + 0 = 0.1093929
     assert topk_tv(tb, tl).item() == pytest.approx(0.1, abs=1e-6)
     assert topk_kl(tb, tl).item() == pytest.approx(0.6 * math.log(1.2), rel=1e-5)
+
+
+def test_topk_tail_of_a_peaked_distribution_survives_float32():
+    """Found by Hypothesis: mu's top slot holds 0.9993 and pi's 0.9982; pi's mass outside the 6 slots
+    is ~1.5e-8, below float32's resolution of 1 - sum(slots). Rounded to 0 (then 1e-30), KL's tail
+    term came out 5e-5 too large and top-K KL exceeded the full KL. The complement of the largest slot
+    (expm1) keeps the tail to ~1e-10."""
+    lmu = torch.tensor([-6.9073e-04, -8.7751e+00, -2.8631e+01, -1.3785e+01, -1.7998e+01,
+                        -1.7280e+01, -1.0995e+01, -1.0603e+01, -1.0010e+01, -7.7100e+00], dtype=torch.float64)
+    lpi = torch.tensor([-1.8256e-03, -1.1472e+01, -3.1961e+01, -1.8293e+01, -2.0996e+01,
+                        -2.0380e+01, -1.1459e+01, -1.4926e+01, -1.2734e+01, -6.3201e+00], dtype=torch.float64)
+    lmu, lpi = lmu.log_softmax(-1), lpi.log_softmax(-1)
+    slots = torch.topk(lmu, 6).indices  # the sampled token (id 0) is among them
+    mu, pi = lmu.exp(), lpi.exp()
+    other_mu, other_pi = 1 - mu[slots].sum(), 1 - pi[slots].sum()  # float64: exact enough
+    assert other_pi < 1e-7
+    kl_ref = (mu[slots] * (lmu[slots] - lpi[slots])).sum() + other_mu * torch.log(other_mu / other_pi)
+    tv_ref = 0.5 * ((mu[slots] - pi[slots]).abs().sum() + (other_mu - other_pi).abs())
+    tb, tl = lmu[slots].float()[None], lpi[slots].float()[None]  # [1, 6] float32, as the learner has them
+    assert topk_kl(tb, tl).item() == pytest.approx(kl_ref.item(), abs=1e-7)
+    assert topk_tv(tb, tl).item() == pytest.approx(tv_ref.item(), abs=1e-7)
+    assert topk_kl(tb, tl).item() <= full_kl(lmu, lpi).item()
 
 
 def test_nonfinite_inputs_are_excluded_and_counted():

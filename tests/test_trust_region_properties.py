@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oat_dppo.trust_region import (
@@ -20,10 +21,14 @@ from oat_dppo.trust_region import (
     topk_tv,
 )
 
-settings.register_profile("oat_dppo", deadline=None, max_examples=60)
-settings.load_profile("oat_dppo")
-
 TOL = 2e-5
+
+
+def test_hypothesis_profile_is_the_one_conftest_loaded():
+    """Every test module is imported by now: none replaced the profile (CI: fixed examples), and no
+    property test runs under a per-example deadline."""
+    assert settings.default.deadline is None and HealthCheck.too_slow in settings.default.suppress_health_check
+    assert settings.default.derandomize == (os.environ.get("HYPOTHESIS_PROFILE") == "ci")
 
 
 @st.composite

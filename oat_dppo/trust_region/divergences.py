@@ -80,18 +80,35 @@ def topk_divergence(
     return out.view(lead)
 
 
+def _other_mass_float64(logp: Tensor, valid: Tensor | None) -> Tensor:
+    """[R] the mass outside the slots, 1 - sum_s exp(logp[:, s]), summed in float64.
+
+    In float32, 1 - (a sum near 1) is off by up to ~S x 6e-8. TV does not notice; KL's log does
+    once a tail is that small (the property tests found top-K KL above the full KL: pi's tail of
+    1.5e-8 rounded to 0). In float64 the tail is exact for the given float32 log-probs.
+    """
+    p = logp.double().exp()  # [R, S]
+    if valid is not None:
+        p.mul_(valid)
+    return (1.0 - p.sum(-1)).clamp_(min=0.0).float()
+
+
 def _topk_chunk(kind: str, a: Tensor, b: Tensor, valid: Tensor | None) -> Tensor:
     """[R] divergence of one chunk of [R, S] slot log-probs (see `topk_divergence`)."""
     a = a.float().clamp(LOG_EPS, 0.0)  # [R, S]
     b = b.float().clamp(LOG_EPS, 0.0)
-    mu, pi = a.exp(), b.exp()  # [R, S]
+    mu = a.exp()  # [R, S]
     if valid is not None:  # absent slots weigh 0 (values there are finite after the clamp)
         mu.mul_(valid)
-        pi.mul_(valid)
-    other_mu = (1.0 - mu.sum(-1)).clamp_(min=0.0)  # [R] the "other" bucket
-    other_pi = (1.0 - pi.sum(-1)).clamp_(min=0.0)
     if kind == "tv":
+        pi = b.exp()  # [R, S]
+        if valid is not None:
+            pi.mul_(valid)
+        other_mu = (1.0 - mu.sum(-1)).clamp_(min=0.0)  # [R] the "other" bucket
+        other_pi = (1.0 - pi.sum(-1)).clamp_(min=0.0)
         return 0.5 * (mu.sub_(pi).abs_().sum(-1) + (other_mu - other_pi).abs_())
+    other_mu = _other_mass_float64(a, valid)  # [R] the "other" bucket, summed in float64
+    other_pi = _other_mass_float64(b, valid)
     head = torch.einsum("rs,rs->r", mu, a.sub_(b))  # sum_a mu (log mu - log pi)
     tail = torch.xlogy(other_mu, other_mu) - other_mu * other_pi.clamp_(min=1e-30).log()
     return (head + tail).clamp_(min=0.0)
