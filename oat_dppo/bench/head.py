@@ -7,9 +7,9 @@ tokens dominate, with a one-layer Qwen3 of the given vocabulary and hidden size 
 so that the head is most of the work. Reported as ratios to the one-block run (`0`) measured in the
 same invocation: peak RSS above the inputs (each setting in a fresh process), the largest single
 tensor allocated, and process CPU time (fastest of `reps` round-robin repetitions, one thread; the
-machine is shared, CPU time is the steadier measure). Progress goes to stderr, the table to stdout. Expected: memory falls about as chunk / tokens
-(the [tokens, V] float32 logits and log-softmax are the largest tensors), time rises by about one
-extra head forward (the recompute in backward).
+machine is shared, CPU time is the steadier measure). Progress goes to stderr, the table to stdout.
+Expected: memory falls about as chunk / tokens (the [tokens, V] float32 logits and log-softmax are
+the largest tensors), time rises by about one extra head forward (the recompute in backward).
 """
 
 from __future__ import annotations
@@ -109,8 +109,8 @@ def parse_chunks(text: str) -> list[int]:
 
 
 def run(cfg: Config) -> list[dict]:
+    chunks = parse_chunks(cfg.chunks)  # bad input fails before any work
     torch.set_num_threads(cfg.threads)
-    chunks = parse_chunks(cfg.chunks)
     model, batch, tr = build(cfg)
     cpu: dict[int, list[float]] = {c: [] for c in chunks}
     wall: dict[int, list[float]] = {c: [] for c in chunks}
@@ -160,12 +160,14 @@ def format_table(rows: list[dict], cfg: Config, n_tokens: int) -> str:
         f"H = {cfg.hidden}, best of {cfg.reps}, torch {torch.__version__}, {torch.get_num_threads()} thread(s); "
         f"one [N, V] float32 tensor = {n_tokens * cfg.vocab * 4 / mib:.0f} MiB",
         "",
-        "| logits chunk | CPU (ms) | wall (ms) | CPU / one block | target | peak RSS (MiB) | peak / one block | largest tensor (MiB) | largest / one block |",
+        "| logits chunk | CPU (ms) | wall (ms) | CPU / one block | target | peak RSS (MiB) | peak / one block "
+        "| largest tensor (MiB) | largest / one block |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         name = "one block (0)" if r["chunk"] == 0 else str(r["chunk"])
-        target = "" if r["chunk"] == 0 else f"<= {TARGET_TIME} ({'ok' if r['cpu_ratio'] <= TARGET_TIME else 'MISSED'})"
+        verdict = "ok" if r["cpu_ratio"] <= TARGET_TIME else "MISSED"
+        target = "" if r["chunk"] == 0 else f"<= {TARGET_TIME} ({verdict})"
         lines.append(
             f"| {name} | {r['cpu'] * 1e3:.0f} | {r['wall'] * 1e3:.0f} | {r['cpu_ratio']:.2f} | {target} | "
             f"{(r['peak'] or 0) / mib:.0f} | {r['peak_ratio']:.2f} | {r['largest'] / mib:.0f} | {r['largest_ratio']:.2f} |"
@@ -176,7 +178,6 @@ def format_table(rows: list[dict], cfg: Config, n_tokens: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = config_parser("python -m oat_dppo.bench head", __doc__, Config(), HELP)
     cfg = Config(**vars(p.parse_args(argv)))
-    parse_chunks(cfg.chunks)  # bad input fails before any work
     n_tokens = (cfg.tokens // cfg.sequences) * cfg.sequences
     print(format_table(run(cfg), cfg, n_tokens), flush=True)
     return 0

@@ -197,7 +197,8 @@ class Learner:
         """pi_old for anchor="recompute": one no-grad forward over the batch, before any update."""
         for micro in self._micro_batches(turns):
             batch = collate(micro, self.pad_id, 0).to(self.device)
-            logp = policy_logprobs(self.model, batch, with_entropy=False, chunk_tokens=self.config.logits_chunk_tokens).logp
+            logp = policy_logprobs(self.model, batch, with_entropy=False,
+                                   chunk_tokens=self.config.logits_chunk_tokens).logp
             self.forward_passes += 1
             for b, turn in enumerate(micro):
                 p, r = len(turn.prompt_ids), len(turn.response_ids)
