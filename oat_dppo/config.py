@@ -13,6 +13,7 @@ from typing import Annotated, Literal, Optional
 import tyro
 
 Backend = Literal["auto", "local", "oat"]
+EngineChoice = Literal["auto", "hf", "vllm"]
 LogTo = Literal["tensorboard", "wandb", "none"]
 Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_sum_constant_length"]
 AdvantageMode = Literal["batch_norm", "group", "group_norm"]
@@ -77,6 +78,15 @@ class TrainConfig:
     """Nucleus sampling. Must be 1 (see --temperature)."""
     top_k: int = -1
     """Top-k sampling. Must be -1 (off) (see --temperature)."""
+
+    engine: EngineChoice = "auto"
+    """Rollout engine of the local backend: hf (transformers generate: samples exactly the learner's pi, no mismatch), vllm (one vLLM colocated on the learner's GPU: the real training-inference mismatch), auto (vllm when CUDA and vllm are available, else hf)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """--engine vllm: share of the whole GPU's memory vLLM takes (weights + KV cache); the learner keeps the rest."""
+    vllm_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    """--engine vllm: the engine's dtype (the learner keeps --dtype; their difference is part of the mismatch)."""
+    vllm_enforce_eager: bool = False
+    """--engine vllm: no CUDA graphs or torch.compile (start-up ~20 s instead of ~60 s, slower decoding): for short runs."""
 
     # ---- trust region ------------------------------------------------------------------------
     trust_region: str = "dppo_binary_tv"
@@ -219,5 +229,7 @@ def validate(cfg: TrainConfig) -> None:
                  "logits_chunk_tokens"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
+    if not 0.0 < cfg.vllm_gpu_memory_utilization < 1.0:
+        raise ConfigError(f"--vllm-gpu-memory-utilization must be in (0, 1), got {cfg.vllm_gpu_memory_utilization}")
     if cfg.env == "math" and not cfg.math_data:
         raise ConfigError("--env math needs --math-data FILE (jsonl, json or parquet with problem and answer columns)")

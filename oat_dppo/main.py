@@ -99,6 +99,9 @@ def run(cfg: TrainConfig) -> int:
         from oat_dppo.backends.oat import launch  # noqa: PLC0415 (GPU only)
 
         return launch(cfg)
+    from oat_dppo.backends.local import resolve_engine
+
+    cfg.engine = resolve_engine(cfg)  # before anything is written: the run records the engine it used
     resume = cfg.resume is not None
     if resume:
         run_dir = RunDir(cfg.resume, create=False)
@@ -119,7 +122,8 @@ def run(cfg: TrainConfig) -> int:
         saved = run_dir.read_config()
         saved["iterations"] = cfg.iterations  # the one option a resume may change (train longer)
         run_dir.write_config(saved)
-    print(f"run dir: {run_dir.path}  (backend local, trust region {cfg.trust_region}, env {cfg.env}, model {cfg.model})",
+    print(f"run dir: {run_dir.path}  (backend local, engine {cfg.engine}, trust region {cfg.trust_region}, "
+          f"env {cfg.env}, model {cfg.model})",
           file=sys.stderr)
     from oat_dppo.backends.local import LocalTrainer
 

@@ -24,26 +24,22 @@ if importlib.util.find_spec("oat") is None:
     pytest.skip("oat-llm is not installed; `make setup-oat` (docs/dev_oat_cpu.md)", allow_module_level=True)
 
 import oat_harness as H  # noqa: E402
+from helpers.fake_vllm import StandInLLM, completion  # noqa: E402
 import vllm  # noqa: E402  (the fake where vLLM is missing)
 from oat.args import default_args_validation  # noqa: E402
-from vllm.outputs import CompletionOutput, RequestOutput  # noqa: E402
+from vllm.outputs import RequestOutput  # noqa: E402
 from vllm.sequence import Logprob  # noqa: E402
 
 from oat_dppo.agent import PromptFormat, play_episodes  # noqa: E402
 from oat_dppo.backends.oat.actor import DPPOActor, combine_eval  # noqa: E402
 from oat_dppo.backends.oat.args import DPPOArgs, finalize  # noqa: E402
 from oat_dppo.backends.oat.data import DPPOTransitionData  # noqa: E402
-from oat_dppo.backends.oat.engine import VLLMEngine, generation_from_completion  # noqa: E402
+from oat_dppo.engine.vllm import VLLMEngine, generation_from_completion  # noqa: E402
 from oat_dppo.backends.oat.learner import DPPOLearner  # noqa: E402
 from oat_dppo.engine.base import PromptTooLongError  # noqa: E402
 from oat_dppo.envs import make_env  # noqa: E402
 
 NINF = float("-inf")
-
-
-def completion(token_ids, maps, finish="stop"):
-    return CompletionOutput(index=0, text="", token_ids=token_ids, cumulative_logprob=None, logprobs=maps,
-                            finish_reason=finish)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,57 +118,6 @@ def test_engine_builds_one_request_per_prompt_and_checks_the_context():
     with pytest.raises(PromptTooLongError) as e:
         eng.generate([[1] * 3, [1] * 10], max_new_tokens=4)
     assert e.value.indices == [1]
-
-
-# ---------------------------------------------------------------------------------------------
-# A stand-in for vllm.LLM: vLLM-shaped outputs sampled from a real tiny HF model
-# ---------------------------------------------------------------------------------------------
-
-
-class StandInLLM:
-    """`generate(prompts, sampling_params=[...], lora_request=None, use_tqdm=False)` as vLLM 0.8.4's
-    LLM: token-id prompts in, RequestOutputs with per-position `{token_id: Logprob(logprob, rank)}`
-    maps out (top-`logprobs` entries ranked from 1, plus the sampled token with its rank when it is
-    outside them), log-probs of the raw logits at temperature 1. Built from a tiny HF model."""
-
-    instances: list = []
-
-    def __init__(self, *, hf_model, hf_tokenizer, **vllm_args):
-        self.vllm_args = vllm_args
-        self.model, self.tokenizer = hf_model, hf_tokenizer
-        self.calls = 0
-        StandInLLM.instances.append(self)
-
-    def get_tokenizer(self):
-        return self.tokenizer
-
-    @torch.no_grad()
-    def generate(self, prompts, sampling_params=None, lora_request=None, use_tqdm=True):
-        self.calls += 1
-        outs = []
-        for i, (prompt, sp) in enumerate(zip(prompts, sampling_params)):
-            assert sp.logprobs is not None and sp.logprobs <= self.vllm_args.get("max_logprobs", 20)
-            gen = torch.Generator().manual_seed(sp.seed if sp.seed is not None else i)
-            ids = torch.tensor([prompt["prompt_token_ids"]])
-            new, maps, finish, past = [], [], "length", None
-            for _ in range(sp.max_tokens):
-                out = self.model(input_ids=ids, past_key_values=past, use_cache=True)  # KV cache: fast
-                past = out.past_key_values
-                logp = out.logits[0, -1].float().log_softmax(-1)  # [V]
-                tok = int(torch.multinomial(logp.exp(), 1, generator=gen))
-                top_lp, top_ids = logp.topk(sp.logprobs)
-                entry = {int(t): Logprob(float(lp), r + 1) for r, (t, lp) in enumerate(zip(top_ids, top_lp))}
-                if tok not in entry:
-                    entry[tok] = Logprob(float(logp[tok]), int((logp > logp[tok]).sum()) + 1)
-                new.append(tok)
-                maps.append(entry)
-                ids = torch.tensor([[tok]])
-                if tok in (sp.stop_token_ids or []):
-                    finish = "stop"
-                    break
-            outs.append(RequestOutput(str(i), None, prompt["prompt_token_ids"], None,
-                                      [completion(new, maps, finish)], True))
-        return outs
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: one intra-op thread

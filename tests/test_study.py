@@ -208,7 +208,7 @@ def test_bad_values_and_keys_everywhere_are_all_reported(tmp_path):
         """)
     errors = errors_of(path)
     expect = [
-        (2, "[study] unknown key 'paralel' (did you mean 'parallel'?); valid keys: name, parallel, out, threshold, backend"),
+        (2, "[study] unknown key 'paralel' (did you mean 'parallel'?); valid keys: name, parallel, out, threshold, final_window, backend"),
         (3, "[study] backend 'slurm' is not valid; valid: local, oat"),
         (6, "[base] aggregation: 'mean' is not a valid aggregation; valid: token_mean, seq_mean_token_mean"),
         (7, "[base] iterations: iterations must be an integer, got '10'"),
@@ -465,6 +465,42 @@ def test_report_groups_by_model_and_other_varied_options(tmp_path):
         ("chatml", "tiny-qwen3", "0.1", "1.0"), ("chatml", "tiny-qwen3", "0.3", "1.5")]
     assert "iters_to_threshold_mean" in rows[0] and rows[0]["threshold"] == ""
     assert "iters to" not in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
+    """runs.csv: the columns of the GPU mismatch study, one row per run; an iteration is collapsed
+    when its mean reward sits at the env's format-failure floor (GEM games: -0.1, + format_penalty)."""
+    path = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+        final_window = 2
+        [base]
+        env = "game:GuessTheNumber-v0-easy"
+        model = "tiny-qwen3"
+        iterations = 5
+        [grid]
+        engine = ["hf", "vllm"]
+        seed = [0]
+        """)
+    study = load_study(path)
+    assert study.final_window == 2
+    hf, vl = study.runs
+    fake_run(hf.run_dir, 5, checkpoint=True, rewards=[0.2, -0.1, -0.095, 0.5, 0.7],
+             extra={i: {"train/kept_frac": 0.9, "train/prob_diff_mean": 0.002, "train/entropy": 1.0 - i / 10}
+                    for i in range(5)})
+    fake_run(vl.run_dir, 5, checkpoint=True, rewards=[0.1, 0.1, 0.3, 0.2, -0.1])
+    code, _, err = run_cli(str(path), "--report")
+    assert code == 0, err
+    rows = list(csv.DictReader(open(tmp_path / "out" / "runs.csv")))
+    assert list(rows[0])[:14] == ["name", "model", "env", "engine", "trust_region", "seed", "iterations",
+                                  "final_reward", "min_reward", "collapsed_iterations", "kept_frac_mean",
+                                  "prob_diff_mean", "entropy_min", "eval_reward"]
+    by = {r["engine"]: r for r in rows}
+    assert by["hf"]["collapsed_iterations"] == "2" and by["vllm"]["collapsed_iterations"] == "1"
+    assert float(by["hf"]["final_reward"]) == pytest.approx(0.6)  # last 2 iterations
+    assert float(by["hf"]["min_reward"]) == pytest.approx(-0.1)
+    assert float(by["hf"]["entropy_min"]) == pytest.approx(0.6) and by["vllm"]["entropy_min"] == ""
+    assert by["hf"]["iterations"] == "5" and by["hf"]["seed"] == "0"
 
 
 def test_report_without_metrics_is_an_error(tmp_path):

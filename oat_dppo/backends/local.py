@@ -10,8 +10,10 @@ import hashlib
 import math
 import os
 import random
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +116,40 @@ def build_envs(cfg: TrainConfig, n: int, *, for_eval: bool) -> list:
     return [make_env(cfg.env, seed=derive_seed(cfg.seed, "env", i), for_eval=for_eval, **options) for i in range(n)]
 
 
+def resolve_engine(cfg: TrainConfig) -> str:
+    """The rollout engine `cfg.engine` means here: "hf" or "vllm" (auto: vllm when it can run)."""
+    from oat_dppo.engine.vllm import vllm_unavailable
+
+    if cfg.engine == "hf":
+        return "hf"
+    why = vllm_unavailable()
+    if cfg.engine == "vllm" and why:
+        raise ConfigError(f"--engine vllm needs {why}; --engine hf samples with the learner's own model "
+                          f"(no training-inference mismatch). The GPU install guide is docs/gpu.md.")
+    return "hf" if why else "vllm"
+
+
+def build_engine(cfg: TrainConfig, model, tokenizer, prompt: PromptFormat, *, topk: int, scratch: Path):
+    """(engine, weight_sync): the rollout engine `cfg.engine` names ("hf" or "vllm", resolved), and
+    what must receive the learner's weights after every update (None: the engine shares them)."""
+    from oat_dppo.engine.base import stop_token_ids
+
+    # The same stop tokens for every engine: EOS, pad and the template's end-of-turn token.
+    stops = stop_token_ids(tokenizer, getattr(model, "generation_config", None), prompt.stop_token_ids())
+    if cfg.engine == "hf":
+        from oat_dppo.engine.hf import HFEngine
+
+        return HFEngine(model, tokenizer, stop_token_ids=stops), None
+    from oat_dppo.engine.vllm import ColocatedVLLM, VLLMSettings
+    from oat_dppo.models import engine_model_source
+
+    settings = VLLMSettings(gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, dtype=cfg.vllm_dtype,
+                            enforce_eager=cfg.vllm_enforce_eager, max_logprobs=max(20, topk), seed=cfg.seed)
+    engine = ColocatedVLLM.launch(engine_model_source(cfg.model, model, tokenizer, scratch), settings,
+                                  stop_token_ids=stops)
+    return engine, engine
+
+
 def build_trust_region(cfg: TrainConfig):
     from oat_dppo.trust_region import make_trust_region
 
@@ -144,7 +180,7 @@ class LocalTrainer:
     """One run on the local backend. `run()` trains, logs, evaluates and checkpoints."""
 
     def __init__(self, cfg: TrainConfig, run_dir: RunDir, *, resume: bool = False, out=sys.stderr):
-        from oat_dppo.engine.hf import HFEngine
+        from oat_dppo.engine.base import pad_token_id
         from oat_dppo.learner import Learner, LearnerConfig
 
         self.cfg = cfg
@@ -153,6 +189,7 @@ class LocalTrainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = resolve_device(cfg.device)
+        cfg.engine = resolve_engine(cfg)
         # Cheapest checks first: a bad strategy or env id fails before the model loads.
         self.trust_region = build_trust_region(cfg)
         self.envs = build_envs(cfg, cfg.episodes_per_iteration, for_eval=False)
@@ -163,7 +200,10 @@ class LocalTrainer:
         self.gamma = cfg.gamma if cfg.gamma is not None else preset.gamma
         self.max_new_tokens = cfg.max_new_tokens or min(preset.max_new_tokens, LOCAL_MAX_NEW_TOKENS)
         self.prompt = PromptFormat(self.tokenizer, self.template, cfg.system_prompt, cfg.response_prefix)
-        self.engine = HFEngine(self.model, self.tokenizer, extra_stop_token_ids=self.prompt.stop_token_ids())
+        self.scratch = Path(tempfile.mkdtemp(prefix="oat_dppo-"))  # e.g. a tiny model's files for vLLM
+        topk = int(getattr(self.trust_region, "topk", 0))
+        self.engine, self.weight_sync = build_engine(cfg, self.model, self.tokenizer, self.prompt, topk=topk,
+                                                     scratch=self.scratch)
         constant = self.max_new_tokens if cfg.aggregation == "seq_sum_constant_length" else None
         self.learner = Learner(
             self.model,
@@ -179,15 +219,25 @@ class LocalTrainer:
                 constant_length=constant,
                 behavior=cfg.behavior,
             ),
-            pad_id=self.engine.pad_id,
+            pad_id=pad_token_id(self.tokenizer),
             device=self.device,
         )
         self.start_iteration = 0
         if resume:
             self._load_checkpoint()
+        self.sync_engine(full=True)  # the engine loaded its weights from disk; the learner's may differ
         self.writer = self._make_writer()
         self._phase = "setup"
         self._stop_requested = False
+
+    def sync_engine(self, *, full: bool = False) -> float:
+        """Load the learner's weights into a separate rollout engine (vLLM) and reset its prefix
+        cache; `full`: every weight, else only those an update changes. Seconds (0: shared weights)."""
+        if self.weight_sync is None:
+            return 0.0
+        from oat_dppo.models import policy_weights
+
+        return self.weight_sync.sync_weights(policy_weights(self.model, trainable_only=not full))
 
     # -- checkpoints -------------------------------------------------------------------------------
     def _trainable_state(self) -> dict[str, torch.Tensor]:
@@ -337,6 +387,7 @@ class LocalTrainer:
         turns = [t for e in episodes if e.error is None for t in e.turns]
         self._phase = "train"
         train = self.learner.update(turns, random.Random(derive_seed(cfg.seed, "shuffle", iteration)))
+        sync_s = self.sync_engine()  # before the next rollout or evaluation samples from the engine
         self._phase = "log"
         row = {"iteration": iteration}
         row.update({f"rollout/{k}": v for k, v in episode_metrics(episodes).items()})
@@ -351,8 +402,9 @@ class LocalTrainer:
             "time/generate_s": stats.generate_seconds,
             "time/env_s": stats.env_seconds,
             "time/train_s": train_s,
+            "time/sync_s": sync_s,
             "time/iteration_s": iteration_s,
-            "time/other_s": max(0.0, iteration_s - stats.generate_seconds - train_s),
+            "time/other_s": max(0.0, iteration_s - stats.generate_seconds - train_s - sync_s),
             "perf/generated_tokens_per_s": gen_tokens / stats.generate_seconds if stats.generate_seconds else math.nan,
             "perf/train_tokens_per_s": (gen_tokens + prompt_tokens) * cfg.num_ppo_epochs / train_s if train_s else math.nan,
         })
@@ -415,6 +467,7 @@ class LocalTrainer:
             self.writer = None
         for env in self.envs + self.eval_envs:
             env.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:

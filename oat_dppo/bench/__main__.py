@@ -10,6 +10,7 @@ BENCHMARKS = {
     "local": "oat_dppo.bench.local",
     "oat": "oat_dppo.bench.oat",
     "head": "oat_dppo.bench.head",
+    "gpu": "oat_dppo.bench.gpu",
 }
 
 

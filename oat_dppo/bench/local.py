@@ -233,31 +233,35 @@ def bare_update(model, optimizer, steps: list[list], *, full_logits: bool, devic
     model.eval()
 
 
-def compare_learner(trainer, turns: list, cfg: Config) -> dict:
+def compare_learner(trainer, turns: list, *, reps: int, seed: int, compare_turns: int = 0) -> dict:
     """Tokens/s of `Learner.update` and of the bare loops on the same micro-batches, fastest of `reps`.
 
     One untimed `update` on the turns captures the learner's micro-batches and optimizer steps (its
-    shuffle is seeded, so every timed `update` repeats exactly those)."""
+    shuffle is seeded, so every timed `update` repeats exactly those). On CUDA every timed run ends
+    with a device synchronization, so that queued kernels count where they were launched."""
     learner = trainer.learner
-    if cfg.compare_turns:
-        turns = turns[: cfg.compare_turns]
+    if compare_turns:
+        turns = turns[:compare_turns]
     with capture_update(learner) as seen:
-        learner.update(turns, random.Random(cfg.seed))
+        learner.update(turns, random.Random(seed))
     steps = seen["steps"]
     batches = [b for step in steps for b in step]
     processed = sum(int(b.attention_mask.sum()) for b in batches)
     trained = sum(int(b.response_mask.sum()) for b in batches)
     runs: dict[str, Callable[[], Any]] = {
-        "learner": lambda: learner.update(turns, random.Random(cfg.seed)),
+        "learner": lambda: learner.update(turns, random.Random(seed)),
         "bare": lambda: bare_update(trainer.model, learner.optimizer, steps, full_logits=False, device=trainer.device),
         "bare_full": lambda: bare_update(trainer.model, learner.optimizer, steps, full_logits=True, device=trainer.device),
     }
     wall: dict[str, list[float]] = {k: [] for k in runs}
     cpu: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(cfg.reps):  # round-robin, so load drifts hit every variant alike
+    on_cuda = trainer.device.type == "cuda"
+    for _ in range(reps):  # round-robin, so load drifts hit every variant alike
         for k, fn in runs.items():
             t0, c0 = time.perf_counter(), time.process_time()
             fn()
+            if on_cuda:
+                torch.cuda.synchronize()
             wall[k].append(time.perf_counter() - t0)
             cpu[k].append(time.process_time() - c0)
     out = dict(cmp_turns=len(turns), cmp_micro_batches=len(batches), cmp_steps=len(steps),
@@ -314,7 +318,8 @@ def run_one(model: str, env: str, cfg: Config) -> dict:
                         totals["env_s"] += row["time/env_s"]
                     sec = dict(timers.seconds)
                 last_turns = seen["turns"]
-            cmp = compare_learner(trainer, last_turns, cfg) if last_turns and cfg.reps > 0 else {}
+            cmp = compare_learner(trainer, last_turns, reps=cfg.reps, seed=cfg.seed,
+                                  compare_turns=cfg.compare_turns) if last_turns and cfg.reps > 0 else {}
         finally:
             trainer.close()
     wall = totals["wall"]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-__all__ = ["Generation", "Engine", "PromptTooLongError", "token_budgets"]
+__all__ = ["Generation", "Engine", "PromptTooLongError", "as_id_list", "pad_token_id", "stop_token_ids", "token_budgets"]
 
 
 @dataclass
@@ -26,6 +26,40 @@ class Engine(Protocol):
     def generate(
         self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *, seed: int | None = None
     ) -> list[Generation]: ...
+
+
+def as_id_list(x: Any) -> list[int]:
+    """None, an int, a tensor or a sequence of ids -> a list of ints."""
+    if x is None:
+        return []
+    if isinstance(x, int):
+        return [x]
+    if hasattr(x, "flatten") and hasattr(x, "tolist"):  # a torch tensor or numpy array
+        return [int(v) for v in x.flatten().tolist()]
+    return [int(v) for v in x]
+
+
+def stop_token_ids(tokenizer: Any, generation_config: Any = None, extra: Sequence[int] = ()) -> list[int]:
+    """The ids every engine stops at (deduplicated, in order): the tokenizer's EOS, the model
+    generation config's EOS ids, the pad token (a sampled pad ends the document too), and `extra`,
+    e.g. the prompt template's end-of-turn token when it is not the tokenizer's EOS (a base model's
+    tokenizer ends documents with <|endoftext|>, the chat markup ends turns with <|im_end|>)."""
+    eos = as_id_list(getattr(tokenizer, "eos_token_id", None))
+    ids = eos + as_id_list(getattr(generation_config, "eos_token_id", None))
+    pad = pad_token_id(tokenizer)
+    ids += [pad] + as_id_list(list(extra))
+    return list(dict.fromkeys(ids))
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The tokenizer's pad id, else its (first) EOS id."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        eos = as_id_list(getattr(tokenizer, "eos_token_id", None))
+        pad = eos[0] if eos else None
+    if pad is None:
+        raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
+    return int(pad)
 
 
 class PromptTooLongError(ValueError):

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from .base import Generation, token_budgets
+from .base import Generation, as_id_list, pad_token_id, token_budgets
+from .base import stop_token_ids as default_stop_token_ids
 
 __all__ = ["HFEngine"]
 
@@ -117,16 +118,6 @@ def _sampling_config(max_new_tokens: int, stop_ids: list[int], pad_id: int) -> G
     )
 
 
-def _as_id_list(x) -> list[int]:
-    if x is None:
-        return []
-    if isinstance(x, int):
-        return [x]
-    if isinstance(x, torch.Tensor):
-        return [int(v) for v in x.flatten().tolist()]
-    return [int(v) for v in x]
-
-
 class HFEngine:
     """Batched sampling with a transformers causal LM; see `generate`.
 
@@ -147,20 +138,12 @@ class HFEngine:
     ):
         self.model = model
         self.tokenizer = tokenizer
-        eos = _as_id_list(tokenizer.eos_token_id)
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else None)
-        if pad is None:
-            raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
-        self.pad_id = int(pad)
+        self.pad_id = pad_token_id(tokenizer)
         if stop_token_ids is None:
-            gen_cfg = getattr(model, "generation_config", None)
-            ids = eos + _as_id_list(getattr(gen_cfg, "eos_token_id", None)) + [self.pad_id]
+            self.stop_ids = default_stop_token_ids(tokenizer, getattr(model, "generation_config", None),
+                                                   extra_stop_token_ids)
         else:
-            ids = _as_id_list(stop_token_ids)
-        # e.g. the prompt template's end-of-turn token when it is not the tokenizer's eos (a base
-        # model's tokenizer ends documents with <|endoftext|>, the chat markup turns with <|im_end|>).
-        ids += _as_id_list(list(extra_stop_token_ids))
-        self.stop_ids = list(dict.fromkeys(ids))  # dedup, keep order
+            self.stop_ids = list(dict.fromkeys(as_id_list(stop_token_ids) + as_id_list(list(extra_stop_token_ids))))
         if max_context is None:
             max_context = getattr(model.config, "max_position_embeddings", None)
         self.max_context = max_context

@@ -40,6 +40,10 @@ class EnvPreset:
     max_turns: int
     max_new_tokens: int = _PAPER_MAX_NEW_TOKENS
     gamma: float = 1.0
+    # An episode's reward when its first response has no parseable action (GEM's games end it with
+    # format_error_reward; reasoning-gym and math grade it 0). A batch whose mean reward sits here
+    # has collapsed to format failures (study reports count such iterations).
+    format_failure_reward: float = 0.0
     template: str = "qwen3"  # a hint for the model family the paper used (Qwen3 base)
     obs_prefix: str = QUESTION_PREFIX
     obs_suffix: str = _BOXED_ASK
@@ -63,6 +67,7 @@ _GAME = dict(
     family="game",
     multi_turn=True,
     gamma=0.9,
+    format_failure_reward=-0.1,  # gem.utils.constants.LanguageGameReward.format_error_reward
     obs_prefix=GAME_PREFIX,
     isolate_step_rng=True,
 )

@@ -2,13 +2,16 @@
 
 Per run (from its metrics.jsonl, read with `oat_dppo.plot.read_metrics`), R = rollout/reward_mean:
 
-    final      mean of R over the last 3 logged iterations
+    final      mean of R over the last `[study] final_window` logged iterations (default 3)
     best       max of R
     reach      the first iteration with R >= threshold (None when never)
     auc        mean of R over all logged iterations (area under the curve / iterations)
     kept       mean of train/kept_frac over iterations
     mismatch   mean of train/prob_diff_mean (|pi - mu|) over iterations
     eval       the last logged eval/reward_mean (NaN when the run never evaluated)
+
+`runs.csv` has one row per run (`RUN_CSV_COLUMNS`): besides these, its lowest R, the iterations
+collapsed to the environment's format-failure floor, and the entropy's minimum.
 
 Runs are grouped by model family, model, env, trust region and any other option the grid varies;
 the seeds of a group give mean and population std (ddof 0, as the figures' bands).
@@ -33,8 +36,10 @@ REWARD = "rollout/reward_mean"
 KEPT = "train/kept_frac"
 MISMATCH = "train/prob_diff_mean"
 EVAL = "eval/reward_mean"
-LAST_N = 3
-METRICS = ("final", "best", "reach", "auc", "kept", "mismatch", "eval")
+ENTROPY = "train/entropy"
+# An iteration is "collapsed" when its mean reward is within this of the format-failure floor (all
+# or nearly all episodes failed to write a parseable action).
+COLLAPSE_MARGIN = 0.01
 FIGURES = (("reward", REWARD, "reward (rollout/reward_mean)"),
            ("mismatch", MISMATCH, "|π − μ| (train/prob_diff_mean)"),
            ("kept", KEPT, "kept fraction (train/kept_frac)"))
@@ -70,7 +75,7 @@ def _mean(y: np.ndarray) -> float:
     return float(np.mean(y)) if len(y) else math.nan
 
 
-def run_result(run: RunSpec, table: MetricTable, threshold: float | None) -> RunResult:
+def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_window: int = 3) -> RunResult:
     its, r = _finite(table, REWARD)
     reach = math.nan
     if threshold is not None:
@@ -80,7 +85,7 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None) -> Run
     return RunResult(
         run=run,
         iterations=len(table),
-        final=_mean(r[-LAST_N:]),
+        final=_mean(r[-final_window:]),
         best=float(np.max(r)) if len(r) else math.nan,
         reach=reach,
         auc=_mean(r),
@@ -141,7 +146,8 @@ def _family(model: str) -> str:
     return model_family(model)
 
 
-def build_groups(runs: Sequence[RunSpec], tables: dict[str, MetricTable], threshold: float | None) -> list[Group]:
+def build_groups(runs: Sequence[RunSpec], tables: dict[str, MetricTable], threshold: float | None,
+                 final_window: int = 3) -> list[Group]:
     """Groups in display order: family, model, env, trust region (each by first appearance), then
     the other varied options."""
     extra_keys = varied_keys(runs)
@@ -158,7 +164,7 @@ def build_groups(runs: Sequence[RunSpec], tables: dict[str, MetricTable], thresh
         g = groups.setdefault(key, Group(fam, cfg.model, cfg.env, cfg.trust_region, extra))
         g.runs.append(run)
         if run.name in tables and len(tables[run.name]):
-            g.results.append(run_result(run, tables[run.name], threshold))
+            g.results.append(run_result(run, tables[run.name], threshold, final_window))
     return [groups[k] for k in sorted(groups, key=lambda k: tuple(order[d][v] for d, v in zip(order, k)))]
 
 
@@ -269,6 +275,43 @@ def csv_text(groups: Sequence[Group], study_name: str, threshold: float | None) 
     return buf.getvalue()
 
 
+RUN_CSV_COLUMNS = ("name", "model", "env", "engine", "trust_region", "seed", "iterations", "final_reward",
+                   "min_reward", "collapsed_iterations", "kept_frac_mean", "prob_diff_mean", "entropy_min",
+                   "eval_reward")
+
+
+def format_failure_floor(run: RunSpec) -> float:
+    """The mean episode reward of a batch in which every episode failed its first turn's format."""
+    from oat_dppo.envs import get_preset
+
+    return get_preset(run.config.env).format_failure_reward + run.config.format_penalty
+
+
+def runs_csv_text(groups: Sequence[Group], tables: dict[str, MetricTable]) -> str:
+    """One row per run with metrics: `RUN_CSV_COLUMNS`, then the other options the grid varies."""
+    extra_keys = [k for k in (groups[0].extra if groups else {}) if k not in RUN_CSV_COLUMNS]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([*RUN_CSV_COLUMNS, *extra_keys])
+
+    def num(v: float) -> str:
+        return repr(float(v)) if math.isfinite(v) else ""
+
+    for g in groups:
+        for res in g.results:
+            run, table = res.run, tables[res.run.name]
+            _, r = _finite(table, REWARD)
+            floor = format_failure_floor(run)
+            _, ent = _finite(table, ENTROPY)
+            cfg = run.config
+            w.writerow([run.name, cfg.model, cfg.env, cfg.engine, cfg.trust_region, cfg.seed, res.iterations,
+                        num(res.final), num(float(r.min()) if len(r) else math.nan),
+                        int(np.sum(r <= floor + COLLAPSE_MARGIN)), num(res.kept), num(res.mismatch),
+                        num(float(ent.min()) if len(ent) else math.nan), num(res.eval),
+                        *[g.extra[k] for k in extra_keys]])
+    return buf.getvalue()
+
+
 def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], figures: Sequence[Path]) -> str:
     with_metrics = sum(len(g.results) for g in groups)
     missing = [r.name for g in groups for r in g.runs if r.name not in {x.run.name for x in g.results}]
@@ -282,7 +325,8 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
         "± std (population, ddof 0) over the seeds of the row; `seeds` counts the runs with metrics "
         "(k/n: k of the n runs).",
         "",
-        f"- **final reward**: mean over a run's last {LAST_N} iterations; **best reward**: its highest iteration",
+        f"- **final reward**: mean over a run's last {study.final_window} iterations; **best reward**: its highest "
+        "iteration",
     ]
     if thr is not None:
         lines.append(f"- **iters to ≥ {format_value(thr)}**: the first iteration (0-based, as logged) whose reward "
@@ -371,11 +415,12 @@ class Report:
 def write_report(study: Study, runs: Sequence[RunSpec], *, figures: bool = True) -> Report:
     """Aggregate `runs` (those with metrics) into <out>/summary.md, summary.csv and the figures."""
     tables, loaded = load_tables(runs)
-    groups = build_groups(runs, tables, study.threshold)
+    groups = build_groups(runs, tables, study.threshold, study.final_window)
     study.out.mkdir(parents=True, exist_ok=True)
     pngs = write_figures(study, groups, loaded) if figures and tables else []
     md = markdown(study, groups, runs, pngs)
-    md_path, csv_path = study.out / "summary.md", study.out / "summary.csv"
+    md_path, csv_path, runs_path = study.out / "summary.md", study.out / "summary.csv", study.out / "runs.csv"
     md_path.write_text(md, encoding="utf-8")
     csv_path.write_text(csv_text(groups, study.name, study.threshold), encoding="utf-8")
-    return Report(groups, md, [md_path, csv_path, *pngs])
+    runs_path.write_text(runs_csv_text(groups, tables), encoding="utf-8")
+    return Report(groups, md, [md_path, csv_path, runs_path, *pngs])

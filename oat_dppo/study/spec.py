@@ -42,6 +42,7 @@ STUDY_KEYS = {
     "parallel": "how many runs at once on the local backend (default 1)",
     "out": "where the run directories and the report go (default runs/studies/<name>)",
     "threshold": "reward for the 'iterations to reach' column of the report (default: no such column)",
+    "final_window": "iterations at the end of a run whose mean reward is its 'final reward' (default 3)",
     "backend": '"local" (run here) or "oat" (write <out>/launch_oat.sh, run nothing) (default "local")',
 }
 TABLES = ("study", "base", "grid")
@@ -111,6 +112,7 @@ class Study:
     backend: str
     base: dict[str, Any]
     runs: list[RunSpec]
+    final_window: int = 3
 
     def select(self, patterns: list[str] | None) -> list[RunSpec]:
         """Runs whose name matches any pattern (a glob when it has * ? or [, else a substring)."""
@@ -255,7 +257,7 @@ def _check_option(chk: _Checker, key: str, value: Any, table: str, axis: str, in
 
 
 def _check_study_table(chk: _Checker, table: dict, default_name: str) -> dict:
-    out = {"name": default_name, "parallel": 1, "out": None, "threshold": None, "backend": "local"}
+    out = {"name": default_name, "parallel": 1, "out": None, "threshold": None, "backend": "local", "final_window": 3}
     for key, value in table.items():
         line = chk.at("study", key)
         if key not in STUDY_KEYS:
@@ -265,9 +267,9 @@ def _check_study_table(chk: _Checker, table: dict, default_name: str) -> dict:
         if key in ("name", "out"):
             ok = isinstance(value, str) and value.strip() != ""
             msg = f"[study] {key} must be a non-empty string, got {value!r}"
-        elif key == "parallel":
+        elif key in ("parallel", "final_window"):
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-            msg = f"[study] parallel must be an integer >= 1, got {value!r}"
+            msg = f"[study] {key} must be an integer >= 1, got {value!r}"
         elif key == "threshold":
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             msg = f"[study] threshold must be a number (a reward), got {value!r}"
@@ -497,7 +499,8 @@ def load_study(path: str | Path, *, parallel: int | None = None) -> Study:
     _check_runs(chk, runs)
     if chk.errors:
         raise StudyError(chk.errors)
-    return Study(study["name"], path, out, study["parallel"], study["threshold"], study["backend"], base, runs)
+    return Study(study["name"], path, out, study["parallel"], study["threshold"], study["backend"], base, runs,
+                 final_window=study["final_window"])
 
 
 def _describe(grid: dict[str, Any]) -> str:
@@ -513,8 +516,8 @@ def config_differences(saved: dict, run: RunSpec) -> list[str]:
     want = json.loads(json.dumps(to_dict(run.config)))
     diffs = []
     for key, value in want.items():
-        if key in ignore or key not in saved:
-            continue
+        if key in ignore or key not in saved or value in (None, "auto"):
+            continue  # None / "auto": the run records what the default resolved to
         if saved[key] != value:
             diffs.append(f"{key}: {format_value(saved[key])} in the run, {format_value(value)} in the study")
     return diffs

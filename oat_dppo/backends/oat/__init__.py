@@ -3,7 +3,6 @@
     args.py          DPPOArgs (Oat's PPOArgs + the local backend's options), finalize/validation
     source_fields.py Oat's argument fields read from its sources (help without vLLM)
     availability.py  is the Oat stack (oat-llm, vLLM, launchpad, CUDA) installed here?
-    engine.py        VLLMEngine: the shared Engine protocol over vLLM; log-prob extraction
     data.py          DPPOTransitionData / DPPOTransitionDataset; Oat batch -> TokenBatch
     actor.py         DPPOActor(PPOActor): GEM episodes through the shared agent loop
     learner.py       DPPOLearner(PPOLearner): the shared trust-region learning step

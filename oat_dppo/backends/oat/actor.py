@@ -30,7 +30,8 @@ from oat_dppo.agent import PromptFormat, assign_advantages, play_episodes
 from oat_dppo.backends.local import build_envs, build_trust_region, derive_seed, episode_metrics, resolve_template
 from oat_dppo.backends.oat.args import to_train_config
 from oat_dppo.backends.oat.data import DPPOTransitionData, transition_from_turn
-from oat_dppo.backends.oat.engine import VLLMEngine
+from oat_dppo.engine.base import stop_token_ids
+from oat_dppo.engine.vllm import VLLMEngine, max_model_len
 
 # Rounds of episodes one step may play before it gives up (every episode failing is a broken env).
 MAX_ROUNDS = 8
@@ -73,10 +74,10 @@ class DPPOActor(PPOActor):
         if not hasattr(self, "topk"):
             self.topk = int(getattr(build_trust_region(self.cfg), "topk", 0))
         self.prompt = PromptFormat(tok, resolve_template(self.cfg, tok), args.system_prompt, args.response_prefix)
-        max_context = args.max_model_len or _engine_max_len(self.llm)
-        # As the HF engine: the tokenizer's EOS and the pad token end a response (vLLM adds the model's
-        # generation-config EOS ids itself).
-        stop = [i for i in (tok.eos_token_id, tok.pad_token_id) if i is not None]
+        max_context = args.max_model_len or max_model_len(self.llm)
+        # As every engine: EOS, pad and the template's end-of-turn token end a response (vLLM adds the
+        # model's generation-config EOS ids itself).
+        stop = stop_token_ids(tok, None, self.prompt.stop_token_ids())
         common = dict(max_context=max_context, stop_token_ids=stop)
         self.engine = VLLMEngine(self._generate_tokens, vllm.SamplingParams, temperature=args.temperature,
                                  top_p=args.top_p, top_k=args.top_k, **common)
@@ -176,19 +177,6 @@ class DPPOActor(PPOActor):
         )
         m = episode_metrics(episodes)
         return {k: float(m.get(k, math.nan)) for k in EVAL_KEYS}
-
-
-def _engine_max_len(llm: Any) -> int | None:
-    """vLLM's resolved max_model_len (the model's context unless --max-model-len is given)."""
-    for path in (("llm_engine", "model_config", "max_model_len"), ("llm_engine", "vllm_config", "model_config", "max_model_len")):
-        obj = llm
-        for name in path:
-            obj = getattr(obj, name, None)
-            if obj is None:
-                break
-        if isinstance(obj, int):
-            return obj
-    return None
 
 
 __all__ = ["DPPOActor", "EVAL_KEYS", "MAX_ROUNDS", "combine_eval"]

@@ -52,10 +52,12 @@ OAT_ALIASES: dict[str, str] = {
     "eval_every": "eval_steps",
     "save_every": "save_steps",
     "wandb_project": "wb_project",
+    "vllm_gpu_memory_utilization": "vllm_gpu_ratio",
 }
 #: Options of the one-process backend with no Oat counterpart: accepted so that a local command line
 #: parses; the first four are ignored, the last two refused when set (see `finalize`).
-LOCAL_ONLY: tuple[str, ...] = ("device", "threads", "progress", "log_episodes", "trainable_layers", "resume")
+LOCAL_ONLY: tuple[str, ...] = ("device", "threads", "progress", "log_episodes", "vllm_dtype", "vllm_enforce_eager",
+                               "engine", "trainable_layers", "resume")
 #: Own options whose default differs here: None means "derive it from Oat's settings" (finalize).
 OWN_DEFAULT_OVERRIDES: dict[str, Any] = {
     "episodes_per_iteration": None,  # -> rollout_batch_size x num_samples
@@ -197,7 +199,8 @@ def _build(base: type | None) -> type:
                 t = Optional[t]
         help_ = OWN_HELP.get(f.name) or train_docs.get(f.name, "")
         if f.name in LOCAL_ONLY:
-            help_ = f"[local backend only: {'refused' if f.name in ('trainable_layers', 'resume') else 'ignored'} here] " + help_
+            refused = f.name in ("trainable_layers", "resume", "engine")
+            help_ = f"[local backend only: {'refused' if refused else 'ignored'} here] " + help_
         spec.append((f.name, _arg(t, help=help_, aliases=aliases), dataclasses.field(default=default)))
     spec.append(("vllm_max_logprobs", _arg(Optional[int], help=_HELP["vllm_max_logprobs"]), dataclasses.field(default=None)))
 
@@ -336,7 +339,9 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
         raise ConfigError("--trainable-layers is local-backend only; on Oat use --lora-rank (or full fine-tuning)")
     if args.resume:
         raise ConfigError("--resume is local-backend only; Oat resumes DeepSpeed checkpoints with --resume-dir DIR")
-    ignored = [n for n in ("device", "threads", "progress", "log_episodes")
+    if args.engine == "hf":
+        raise ConfigError("--engine hf is local-backend only; Oat's actors sample with vLLM")
+    ignored = [n for n in ("device", "threads", "progress", "log_episodes", "vllm_dtype", "vllm_enforce_eager")
                if getattr(args, n) != getattr(TrainConfig, n)]
     if ignored:
         notes.append(f"ignored on the Oat backend: {', '.join('--' + n.replace('_', '-') for n in ignored)}")

@@ -1,0 +1,292 @@
+"""vLLM as a generation engine: the `Engine` protocol over `vllm.LLM`, and a colocated engine.
+
+Two users share `VLLMEngine` (prompts in, `Generation`s with mu out):
+
+* the Oat actor: Oat builds its own `vllm.LLM` and syncs its weights; the actor wraps
+  `llm.generate` (with Oat's LoRA request and `generate_mode` flag) in a `VLLMEngine`;
+* the local backend on one GPU: `ColocatedVLLM` builds one `vllm.LLM` in the learner's process,
+  samples with it, and loads the learner's weights into it after every update (`sync_weights`).
+  This is where the training-inference mismatch that DPPO is about exists: vLLM's kernels (and its
+  bf16 weights) give a mu that differs from the learner's pi on the same tokens.
+
+mu is the sampling distribution only at temperature 1, top_p 1, top_k -1: vLLM returns log-probs of
+the raw logits (V1's default `logprobs_mode`), before any of these, so other values make the
+recorded mu wrong (the configuration refuses them for training).
+
+Both vLLM generations run through this module: 0.8.4 (Oat 0.2.4's pin; Python 3.10, torch 2.6)
+and 0.25 (built for torch 2.11 / CUDA 13). Where their APIs differ, one small function says how
+(`_logprob_maps`, `_worker_model`, `max_model_len`). Imports without vLLM: `vllm` is imported
+by `ColocatedVLLM.launch` only.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from oat_dppo.engine.base import Generation, token_budgets
+
+# `llm.generate(prompts, sampling_params=[...], ...)` -> list[RequestOutput]; the Oat actor wraps it
+# (LoRA request, Oat's generate_mode flag for weight sync).
+GenerateFn = Callable[[list, list], list]
+
+
+def _logprob_maps(completion: Any) -> Sequence | None:
+    """Per-position `{token_id: Logprob}` maps of a completion. vLLM 0.8.4 returns a list of dicts;
+    later releases may return a flat container (`FlatLogprobs`) whose items are position maps too."""
+    return completion.logprobs
+
+
+def generation_from_completion(completion: Any, topk: int = 0) -> Generation:
+    """One vLLM `CompletionOutput` -> `Generation`. Raises if vLLM returned no log-probs (the
+    request must set `logprobs`) or a position lacks the sampled token."""
+    ids = [int(t) for t in completion.token_ids]
+    L = len(ids)
+    maps = _logprob_maps(completion)
+    if maps is None or len(maps) != L:
+        got = None if maps is None else len(maps)
+        raise RuntimeError(f"vLLM returned {got} log-prob maps for {L} tokens; the request must set logprobs >= 1")
+    logp = np.empty(L, dtype=np.float32)
+    if topk:
+        slot_ids = np.full((L, topk + 1), -1, dtype=np.int64)
+        slot_lp = np.full((L, topk + 1), -np.inf, dtype=np.float32)
+    for t, tok in enumerate(ids):
+        pos = maps[t]
+        entry = pos.get(tok)
+        if entry is None:
+            raise RuntimeError(f"vLLM's log-prob map at position {t} lacks the sampled token {tok}")
+        logp[t] = entry.logprob
+        if not topk:
+            continue
+        # vLLM returns the top-K plus the sampled token: K entries when it is among them, K + 1 when
+        # not. Ranks can tie at the boundary, so "outside" is decided by the count, and the order by
+        # log-prob (descending; rank then id break ties).
+        outside = len(pos) > topk
+        top = [(tid, e) for tid, e in pos.items() if not (outside and tid == tok)]
+        top.sort(key=lambda x: (-x[1].logprob, x[1].rank if x[1].rank is not None else 0, x[0]))
+        top = top[:topk]
+        for k, (tid, e) in enumerate(top):
+            slot_ids[t, k] = tid
+            slot_lp[t, k] = e.logprob
+        if outside or all(tid != tok for tid, _ in top):
+            slot_ids[t, topk] = tok
+            slot_lp[t, topk] = entry.logprob
+    return Generation(
+        response_ids=ids,
+        logprobs=logp,
+        topk_ids=slot_ids if topk else None,
+        topk_logprobs=slot_lp if topk else None,
+        # "stop": EOS or a stop token; "length" (budget or context) and "abort" are both cut responses.
+        finish_reason="stop" if completion.finish_reason == "stop" else "length",
+    )
+
+
+class VLLMEngine:
+    """Batched sampling with vLLM; implements `oat_dppo.engine.base.Engine`.
+
+    generate_fn:     a call into `vllm.LLM.generate` (prompts, one SamplingParams each).
+    sampling_params: `vllm.SamplingParams` (the class; passed in so that this module imports without
+                     vLLM, and tests use the fake's record).
+    max_context:     the model's context (vLLM's max_model_len); responses are cut to fit it.
+    stop_token_ids:  stop tokens (`engine.base.stop_token_ids`: the same as the HF engine's).
+    temperature/top_p/top_k: 1 / 1 / -1 for training (mu = the sampling distribution); the Oat
+                     actor's evaluation engine uses Oat's eval_* settings.
+    """
+
+    def __init__(
+        self,
+        generate_fn: GenerateFn,
+        sampling_params: type,
+        *,
+        max_context: int | None,
+        stop_token_ids: Sequence[int] = (),
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = -1,
+    ):
+        self.generate_fn = generate_fn
+        self.sampling_params = sampling_params
+        self.max_context = max_context
+        self.stop_token_ids = list(dict.fromkeys(int(i) for i in stop_token_ids))
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+
+    def generate(
+        self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *, seed: int | None = None
+    ) -> list[Generation]:
+        prompts, params = self.requests(prompt_ids, max_new_tokens, topk, seed=seed)
+        if not prompts:
+            return []
+        outputs = self.generate_fn(prompts, params)
+        if len(outputs) != len(prompt_ids):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompt_ids)} prompts")
+        return [generation_from_completion(o.outputs[0], topk) for o in outputs]
+
+    def requests(self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *,
+                 seed: int | None = None) -> tuple[list[dict], list]:
+        """The (prompts, SamplingParams) `generate` sends to vLLM. Raises `PromptTooLongError` for a
+        prompt that leaves no room in the context (vLLM would reject the request; the agent loop
+        ends that episode instead)."""
+        budgets = token_budgets(prompt_ids, max_new_tokens, topk, self.max_context)
+        params = [
+            self.sampling_params(
+                n=1,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                top_k=self.top_k,
+                max_tokens=b,
+                # The sampled token's log-prob comes with any logprobs >= 1 (Oat asks for 1 too);
+                # top-K strategies ask for K, which vLLM caps at max_logprobs (set at construction).
+                logprobs=max(topk, 1),
+                stop_token_ids=self.stop_token_ids or None,
+                # Token ids are what the agent loop reads; the text would be decoded for nothing.
+                detokenize=False,
+                # Distinct per request: group members share a prompt and must not share a sample.
+                seed=None if seed is None else (seed + i) & 0x7FFFFFFF,
+            )
+            for i, b in enumerate(budgets)
+        ]
+        return [{"prompt_token_ids": list(p)} for p in prompt_ids], params
+
+
+# ---------------------------------------------------------------------------------------------
+# Colocated on one GPU: the local backend's vLLM
+# ---------------------------------------------------------------------------------------------
+
+
+def vllm_unavailable() -> str | None:
+    """Why `--engine vllm` cannot run here, as a phrase (None: it can). Checks the installed vllm
+    distribution (the test suite's import fake has none) before CUDA, so no heavy import happens
+    where vLLM is absent."""
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return "the vllm package, which is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "a CUDA GPU, which this machine lacks"
+    return None
+
+
+def prepare_environment() -> None:
+    """Environment variables vLLM reads at import: set before `import vllm` (a user's own values win).
+
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps the engine in this process, so `collective_rpc` calls a
+    Python function on the worker directly and the learner's tensors are loaded by reference (no
+    serialization). Without flashinfer, vLLM 0.25's sampler fails at construction unless told to use
+    its PyTorch sampler.
+    """
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if importlib.util.find_spec("flashinfer") is None:
+        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+
+
+@dataclass
+class VLLMSettings:
+    """What the local backend's `--vllm-*` options set on `vllm.LLM`."""
+
+    gpu_memory_utilization: float = 0.3  # of the whole GPU: weights + KV cache; the learner keeps the rest
+    dtype: str = "bfloat16"  # the engine's own dtype; the learner keeps --dtype
+    enforce_eager: bool = False  # True: no CUDA graphs / torch.compile (~20 s start-up instead of ~60 s)
+    max_logprobs: int = 20  # >= the top-K a strategy records
+    seed: int = 0
+    max_model_len: int | None = None
+
+
+def _load_weights_on_worker(worker: Any, weights: list) -> int:
+    """Runs inside vLLM's worker (`collective_rpc`): load HF-named tensors into the model."""
+    model = _worker_model(worker)
+    model.load_weights(weights=iter(weights))
+    return len(weights)
+
+
+def _worker_model(worker: Any) -> Any:
+    """The vLLM model module of a worker: `worker.model_runner.model` in 0.8.4 (V1) and 0.25."""
+    runner = worker.model_runner
+    get_model = getattr(runner, "get_model", None)
+    return get_model() if callable(get_model) else runner.model
+
+
+def max_model_len(llm: Any) -> int | None:
+    """vLLM's resolved max_model_len (the model's context unless limited at construction)."""
+    for path in (("llm_engine", "model_config", "max_model_len"),
+                 ("llm_engine", "vllm_config", "model_config", "max_model_len")):
+        obj = llm
+        for name in path:
+            obj = getattr(obj, name, None)
+            if obj is None:
+                break
+        if isinstance(obj, int):
+            return obj
+    return None
+
+
+class ColocatedVLLM:
+    """One `vllm.LLM` in the learner's process, on the learner's GPU; implements `Engine`.
+
+    `sync_weights(weights)` loads the learner's (HF-named) tensors into vLLM's model and then resets
+    vLLM's prefix cache: KV blocks computed with the old weights would otherwise be reused for a
+    prompt prefix seen before, and mu would be the old policy's on those tokens (measured on an
+    H100: mean |pi - mu| 0.026 instead of 0.0018). The local trainer syncs before every rollout that
+    follows an update, and once at start (the engine loads from disk; a resumed or in-memory model
+    differs from that).
+    """
+
+    def __init__(self, llm: Any, sampling_params: type, *, stop_token_ids: Sequence[int],
+                 max_context: int | None = None):
+        self.llm = llm
+        self.max_context = max_context if max_context is not None else max_model_len(llm)
+        self.engine = VLLMEngine(self._generate, sampling_params, max_context=self.max_context,
+                                 stop_token_ids=stop_token_ids)
+        self.syncs = 0
+        self.sync_seconds = 0.0
+
+    @classmethod
+    def launch(cls, model_source: str, settings: VLLMSettings, *, stop_token_ids: Sequence[int],
+               tokenizer_source: str | None = None) -> "ColocatedVLLM":
+        """Build the `vllm.LLM` (`model_source`: a local HF directory or a hub id)."""
+        prepare_environment()
+        import vllm  # noqa: PLC0415 (CUDA-only; imported where it is used)
+
+        llm = vllm.LLM(
+            model=model_source,
+            tokenizer=tokenizer_source or model_source,
+            dtype=settings.dtype,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            enforce_eager=settings.enforce_eager,
+            max_logprobs=settings.max_logprobs,
+            max_model_len=settings.max_model_len,
+            seed=settings.seed,
+            enable_prefix_caching=True,  # multi-turn prompts share prefixes; safe with the reset
+        )
+        return cls(llm, vllm.SamplingParams, stop_token_ids=stop_token_ids)
+
+    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *,
+                 seed: int | None = None) -> list[Generation]:
+        return self.engine.generate(prompt_ids, max_new_tokens, topk, seed=seed)
+
+    def _generate(self, prompts: list, params: list) -> list:
+        return self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+
+    def sync_weights(self, weights: Iterable[tuple[str, Any]]) -> float:
+        """Load `weights` ((HF name, tensor) pairs, any dtype: vLLM casts) and reset the prefix cache.
+        Returns the seconds it took."""
+        t0 = time.perf_counter()
+        batch = list(weights)
+        if batch:
+            self.llm.collective_rpc(_load_weights_on_worker, args=(batch,))
+        self.llm.reset_prefix_cache()
+        self.syncs += 1
+        seconds = time.perf_counter() - t0
+        self.sync_seconds += seconds
+        return seconds
+
+
+__all__ = ["ColocatedVLLM", "GenerateFn", "VLLMEngine", "VLLMSettings", "generation_from_completion", "max_model_len",
+           "prepare_environment", "vllm_unavailable"]
