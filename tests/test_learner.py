@@ -145,36 +145,64 @@ def test_chunked_head_keeps_no_full_logits_for_backward(policy):
     assert _largest_saved_head_block(model, batch, chunk=4) == 0
 
 
-@pytest.mark.parametrize("name, params, extra_passes", [
-    ("dppo_binary_tv", {}, 0),
-    ("ppo_clip", {}, 0),
-    ("dppo_topk_kl", {"topk": 3}, 0),
-    ("ppo_clip", {"anchor": "recompute"}, 1),
-    ("dppo_binary_kl", {"anchor": "recompute"}, 1),
+class ForwardCounter:
+    """Counts the policy's decoder forwards with a real hook, split by whether gradients were on."""
+
+    def __init__(self, model):
+        self.grad = self.no_grad = 0
+        self.handle = model.get_decoder().register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output):
+        if torch.is_grad_enabled():
+            self.grad += 1
+        else:
+            self.no_grad += 1
+
+
+@pytest.mark.parametrize("name, params, recompute", [
+    ("dppo_binary_tv", {}, False),
+    ("ppo_clip", {}, False),
+    ("dppo_topk_kl", {"topk": 3}, False),
+    ("ppo_clip", {"anchor": "recompute"}, True),
+    ("dppo_binary_kl", {"anchor": "recompute"}, True),
 ])
-def test_behavior_anchored_strategies_never_recompute(policy, name, params, extra_passes):
+def test_behavior_anchored_strategies_never_recompute(policy, name, params, recompute):
     turns = sampled_turns(policy, n=4, topk=3)
-    tr = make_trust_region(name, **params)
-    learner = Learner(copy.deepcopy(policy[0]), tr, LearnerConfig(mini_batch_size=2, micro_batch_size=1, num_ppo_epochs=2),
-                      pad_id=0)
+    model = copy.deepcopy(policy[0])
+    forwards = ForwardCounter(model)
+    learner = Learner(model, make_trust_region(name, **params),
+                      LearnerConfig(mini_batch_size=2, micro_batch_size=1, num_ppo_epochs=2), pad_id=0)
     metrics = learner.update(turns, random.Random(0))
-    train_passes = 2 * 4  # epochs x micro-batches
-    assert learner.forward_passes == train_passes + extra_passes * 4
+    assert forwards.grad == 2 * 4  # epochs x micro-batches, nothing else
+    assert forwards.no_grad == (4 if recompute else 0)  # pi_old: one no-grad pass over the 4 turns
     assert metrics["optimizer_steps"] == 4
-    if extra_passes:
-        assert all(t.old_logprobs is not None for t in turns)
+    assert (metrics["recompute_s"] > 0) == recompute
 
 
 def test_first_update_is_on_policy_and_later_ones_move_pi(policy):
     turns = sampled_turns(policy, n=4)
     learner = Learner(copy.deepcopy(policy[0]), make_trust_region("pg_is"),
-                      LearnerConfig(learning_rate=5e-3, mini_batch_size=4, micro_batch_size=4, num_ppo_epochs=3), pad_id=0)
+                      LearnerConfig(learning_rate=5e-3, mini_batch_size=4, micro_batch_size=4), pad_id=0)
+    first = learner.update(turns, random.Random(0))
+    # One optimizer step on fresh rollouts: the engine's mu is the learner's pi (ratio 1, no mismatch).
+    assert first["optimizer_steps"] == 1
+    assert abs(first["ratio_min"] - 1) < 1e-5 and abs(first["ratio_max"] - 1) < 1e-5
+    assert first["prob_diff_max"] < 1e-5
+    # The same turns again: pi has moved away from the recorded mu.
+    second = learner.update(turns, random.Random(1))
+    assert second["prob_diff_max"] > 1e-3
+    assert np.isfinite(second["loss"]) and np.isfinite(second["grad_norm"])
+
+
+def test_a_shifted_mu_shows_in_the_ratio(policy):
+    """The check above has teeth: mu recorded 0.3 nats too low is a ratio pi/mu of e^0.3."""
+    turns = sampled_turns(policy, n=4)
+    for t in turns:
+        t.behavior_logprobs = t.behavior_logprobs - 0.3
+    learner = Learner(copy.deepcopy(policy[0]), make_trust_region("pg_is"),
+                      LearnerConfig(learning_rate=5e-3, mini_batch_size=4, micro_batch_size=4), pad_id=0)
     m = learner.update(turns, random.Random(0))
-    # Over three steps, the later ones see pi != mu: the mismatch metric is positive but the first
-    # step's ratio was exactly one up to float error.
-    assert m["prob_diff_max"] > 1e-3
-    assert m["optimizer_steps"] == 3
-    assert np.isfinite(m["loss"]) and np.isfinite(m["grad_norm"])
+    assert m["ratio_min"] == pytest.approx(np.exp(0.3), rel=1e-4) and m["prob_diff_max"] > 1e-3
 
 
 def test_learner_rejects_a_frozen_model(policy):
@@ -185,20 +213,22 @@ def test_learner_rejects_a_frozen_model(policy):
         Learner(model, make_trust_region("pg_is"), LearnerConfig(), pad_id=0)
 
 
-def test_behavior_recompute_uses_pi_old_as_mu(policy):
+def test_mu_source_recompute_uses_pi_old_as_mu(policy):
     # With mu taken from a recomputed pi_old, the first step sees r = 1 exactly even when the
     # recorded mu is wrong; with mu from the rollout, the wrong mu shows up as mismatch.
     turns = sampled_turns(policy, n=4)
     for t in turns:
         t.behavior_logprobs = t.behavior_logprobs - 0.5  # a deliberately off engine
     cfg = dict(learning_rate=1e-9, mini_batch_size=4, micro_batch_size=4)
-    rollout = Learner(copy.deepcopy(policy[0]), make_trust_region("pg_is"), LearnerConfig(**cfg), pad_id=0)
-    recompute = Learner(copy.deepcopy(policy[0]), make_trust_region("pg_is"), LearnerConfig(**cfg, behavior="recompute"), pad_id=0)
+    rollout_model, recompute_model = copy.deepcopy(policy[0]), copy.deepcopy(policy[0])
+    rollout = Learner(rollout_model, make_trust_region("pg_is"), LearnerConfig(**cfg), pad_id=0)
+    recompute = Learner(recompute_model, make_trust_region("pg_is"), LearnerConfig(**cfg, mu_source="recompute"), pad_id=0)
+    counts = ForwardCounter(rollout_model), ForwardCounter(recompute_model)
     m_roll = rollout.update(turns, random.Random(0))
     m_rec = recompute.update(turns, random.Random(0))
     assert m_roll["ratio_mean"] == pytest.approx(np.exp(0.5), rel=1e-4)
     assert m_rec["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
-    assert recompute.forward_passes == rollout.forward_passes + 1
+    assert (counts[0].no_grad, counts[1].no_grad) == (0, 1) and counts[0].grad == counts[1].grad == 1
 
 
 def test_template_end_of_turn_tokens_stop_generation(policy):

@@ -22,11 +22,11 @@ if importlib.util.find_spec("oat") is None:
     pytest.skip("oat-llm is not installed; `make setup-oat` (docs/dev_oat_cpu.md)", allow_module_level=True)
 
 import oat_harness as H  # noqa: E402,F401  (imports Oat with the fakes, so PPOArgs is the real class)
+from subprocess_env import child_env  # noqa: E402
 from oat.algorithms.ppo import PPOArgs  # noqa: E402
 
 from oat_dppo.backends.oat import args as A  # noqa: E402
 from oat_dppo.backends.oat.availability import missing, missing_packages  # noqa: E402
-from oat_dppo.backends.oat.source_fields import oat_ppo_args_fields  # noqa: E402
 from oat_dppo.config import ConfigError, TrainConfig  # noqa: E402
 from oat_dppo.main import wants_oat  # noqa: E402
 
@@ -46,36 +46,53 @@ def resolve(*argv: str, world_size: int | None = None):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_every_local_option_has_a_route_on_oat():
-    routes = A.option_routes()
-    assert set(routes) == {f.name for f in dataclasses.fields(TrainConfig)}
-    names = {f.name for f in dataclasses.fields(A.DPPOArgs)}
-    for name, route in routes.items():
-        if route.startswith("alias:"):
-            assert route[6:] in names, name
-        else:
-            assert name in names, (name, route)
+def _non_default(f: dataclasses.Field):
+    """A command-line value for TrainConfig field `f` that differs from its default."""
+    special = {"env": "rg:acre", "model": "org/m", "template": "qwen3", "trust_region": "ppo_clip", "run_dir": "out/r",
+               "math_data": "m.jsonl", "system_prompt": "be brief", "response_prefix": "X", "wandb_project": "p",
+               "dtype": "bfloat16", "aggregation": "seq_mean_token_mean", "advantage": "batch_norm", "log": "wandb",
+               "direction": "low", "anchor": "recompute", "mu_source": "recompute", "tr_param": ("mode=x",),
+               "engine": "hf", "vllm_dtype": "float32", "resume": "runs/x", "device": "cpu", "backend": "oat"}
+    if f.name in special:
+        return special[f.name]
+    default = f.default
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int):
+        return default + 2
+    if isinstance(default, float):
+        return default / 2 if default else 0.5
+    return 3  # Optional[int] / Optional[float] fields default to None
+
+
+def test_every_local_option_reaches_oat_or_is_noted_or_refused():
+    """Each TrainConfig option set to a non-default value on the Oat command line: it arrives in the
+    TrainConfig the shared components see, or a local-only option is ignored with a note or refused."""
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in ("backend", "episodes_per_iteration", "group_size", "mini_batch_size", "iterations"):
+            continue  # batch arithmetic and the backend itself: covered by test_derived_settings
+        value = _non_default(f)
+        args = A.DPPOArgs()
+        setattr(args, A.OAT_NAMES.get(f.name, f.name), value)
+        if f.name in A.LOCAL_ONLY:
+            refused, _ = A.LOCAL_ONLY[f.name]
+            if refused:
+                with pytest.raises(ConfigError, match="local-backend only"):
+                    A.finalize(args, world_size=1)
+            continue
+        cfg = A.to_train_config(args)
+        assert getattr(cfg, f.name) == value, f.name
+        back = A.from_train_config(cfg)
+        assert getattr(back, A.OAT_NAMES.get(f.name, f.name)) == value, f.name
 
 
 def test_dppo_args_extend_the_real_ppo_args():
-    assert A.OAT_ARGS_SOURCE == "oat" and issubclass(A.DPPOArgs, PPOArgs)
+    assert A.OAT_ARGS_MISSING is None and issubclass(A.DPPOArgs, PPOArgs)
+    helps = [f.metadata.get("help") for f in dataclasses.fields(A.DPPOArgs) if f.name in {"env", "trust_region"}]
+    assert all(helps)  # the local options keep their help on Oat
     assert A.DPPOArgs.__module__ == "oat_dppo.backends.oat.args"  # launchpad pickles it by reference
     args = A.DPPOArgs()
     assert pickle.loads(pickle.dumps(args)) == args
-
-
-def test_oat_fields_read_from_source_match_the_real_class():
-    """The stand-in used for --help where vLLM is missing has PPOArgs's fields and defaults."""
-    fields = oat_ppo_args_fields()
-    real = dataclasses.fields(PPOArgs)
-    assert [f.name for f in fields] == [f.name for f in real]
-    for src, f in zip(fields, real):
-        if f.default_factory is not dataclasses.MISSING:
-            assert src.default_factory() == f.default_factory(), f.name
-        else:
-            assert src.default == f.default, f.name
-        src.type()  # every annotation evaluates
-    assert sum(bool(f.help) for f in fields) >= 50  # Oat documents about a third of its fields
 
 
 def test_without_oat_at_all_the_local_options_still_parse():
@@ -143,7 +160,7 @@ def test_derived_settings():
         (["--top-p", "0.9"], "use temperature 1, top_p 1, top_k -1"),
         (["--top-k", "50"], "use temperature 1, top_p 1, top_k -1"),
         (["--trust-region", "dppo_topk_tv", "--topk", "64", "--vllm-max-logprobs", "20"], "raise it to at least 64"),
-        (["--tis-c", "2"], "--behavior recompute for Oat's TIS"),
+        (["--tis-c", "2"], "--mu-source recompute for Oat's TIS"),
         (["--critic-type", "ppo"], "--critic-type ppo"),
         (["--beta", "0.1"], "no reference model"),
         (["--reinforce-update"], "--trust-region pg_is"),
@@ -184,11 +201,13 @@ def run_cli(*argv: str, module: str = "oat_dppo.main", timeout: float = 120, **e
 def test_backend_oat_help_lists_oat_and_local_options_without_vllm():
     p = run_cli("--backend", "oat", "--help")
     assert p.returncode == 0, p.stderr[-2000:]
-    for flag in ("--vllm-gpu-ratio", "--collocate", "--vllm-sleep", "--zero-stage", "--lora-rank", "--tis-c",
+    # Oat's general options (OATArgs imports without vLLM) and the local ones; PPO's own options
+    # (--tis-c, --cliprange) need oat.algorithms.ppo, which imports vLLM: the help says so.
+    for flag in ("--vllm-gpu-ratio", "--collocate", "--vllm-sleep", "--zero-stage", "--lora-rank",
                  "--num-ppo-epochs", "--model", "--pretrain", "--env", "--trust-region", "--delta", "--topk",
                  "--group-size", "--template", "--vllm-max-logprobs", "--max-new-tokens"):
         assert flag in p.stdout, flag
-    assert "read from Oat's installed sources" in p.stdout
+    assert "appear where Oat's PPO module imports" in p.stdout
 
 
 def test_backend_oat_without_the_stack_exits_2_and_names_what_is_missing():
@@ -264,10 +283,15 @@ def test_every_script_is_covered():
     assert {s.name for s in SCRIPTS} == set(EXPECTED)
 
 
+def dry_run_env() -> dict[str, str]:
+    """A dry run resolves each arm with Oat's real PPOArgs, which imports vLLM: the child gets the
+    import-boundary fake of vLLM (tests/oat_fakes), as the tests here do."""
+    return child_env(PYTHONPATH=oat_fakes.FAKES_DIR, PYTHON=sys.executable, HF_HUB_OFFLINE="1")
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_experiment_script_dry_run(script):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHON=sys.executable, HF_HUB_OFFLINE="1")
+    env = dry_run_env()
     p = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True, timeout=180, cwd=REPO, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     configs = parse_dry_run(p.stdout)
@@ -289,8 +313,7 @@ def test_experiment_script_dry_run(script):
 
 
 def test_script_arm_selection_and_unknown_arm():
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHON=sys.executable)
+    env = dry_run_env()
     script = str(REPO / "experiments" / "paper_g3" / "arc1d.sh")
     p = subprocess.run(["bash", script, "--dry-run", "--arm", "dppo_binary_tv", "--seed", "3"], capture_output=True,
                        text=True, timeout=120, cwd=REPO, env=env)

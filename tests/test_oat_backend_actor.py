@@ -31,7 +31,8 @@ from vllm.outputs import RequestOutput  # noqa: E402
 from vllm.sequence import Logprob  # noqa: E402
 
 from oat_dppo.agent import PromptFormat, play_episodes  # noqa: E402
-from oat_dppo.backends.oat.actor import DPPOActor, combine_eval  # noqa: E402
+from oat_dppo.agent import combine_eval  # noqa: E402
+from oat_dppo.backends.oat.actor import DPPOActor  # noqa: E402
 from oat_dppo.backends.oat.args import DPPOArgs, finalize  # noqa: E402
 from oat_dppo.backends.oat.data import DPPOTransitionData  # noqa: E402
 from oat_dppo.engine.vllm import VLLMEngine, generation_from_completion  # noqa: E402

@@ -101,7 +101,7 @@ def test_dataset_carries_advantages_and_topk_and_token_batch_aligns_them(tok):
     learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_topk_kl", topk=K), learner_cls=DPPOLearner)
     assert learner.dataset_builder is DPPOTransitionDataset
     traj = H.collate(learner, tr)
-    batch, rows = to_token_batch(traj, topk=K)
+    batch, rows = to_token_batch(traj, K, learner.tokenizer.pad_token_id)
     assert rows.tolist() == [True, True, True, False]
     assert batch.advantages[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
     for b, t in enumerate(tr):
@@ -119,7 +119,7 @@ def test_dataset_carries_advantages_and_topk_and_token_batch_aligns_them(tok):
 def test_plain_transition_data_falls_back_to_oats_monte_carlo_advantages(tok):
     tr = H.make_transitions(tok, 8, num_samples=2)
     learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_binary_tv"), learner_cls=DPPOLearner)
-    batch, _ = to_token_batch(H.collate(learner, tr))
+    batch, _ = to_token_batch(H.collate(learner, tr), 0, learner.tokenizer.pad_token_id)
     assert batch.advantages is None  # the learner computes Oat's group advantages (checked below by equivalence)
 
 
@@ -127,7 +127,7 @@ def test_plain_transition_data_falls_back_to_oats_monte_carlo_advantages(tok):
 # Equivalence with stock Oat
 # ---------------------------------------------------------------------------------------------
 
-STOCK_EQUIV = dict(trust_region="ppo_clip", cliprange=0.2, anchor="recompute", behavior="recompute")
+STOCK_EQUIV = dict(trust_region="ppo_clip", cliprange=0.2, anchor="recompute", mu_source="recompute")
 
 
 @pytest.mark.parametrize("critic_type", ["grpo", "drgrpo"])
@@ -142,7 +142,7 @@ def test_ppo_clip_recompute_reproduces_stock_oat_loss_and_update(tok, critic_typ
     before = params(stock)
     info_s, info_o = step(stock, tr), step(ours, tr)
     assert moved(before, stock) > 1e-3
-    assert float(info_o["pg_loss"]) == pytest.approx(float(info_s["pg_loss"]), rel=1e-5, abs=1e-7)
+    assert float(info_o["loss"]) == pytest.approx(float(info_s["pg_loss"]), rel=1e-5, abs=1e-7)
     assert_same_params(stock, ours)
 
 
@@ -209,7 +209,7 @@ def test_dppo_with_on_policy_mu_takes_stocks_first_step(tok):
         ("cispo", {}, False),
         ("ppo_clip", {"anchor": "recompute"}, True),  # MiniRL
         ("dppo_binary_kl", {"anchor": "recompute"}, True),  # the decoupled ablation (figure 4)
-        ("dppo_binary_tv", {"behavior": "recompute"}, True),  # mu := pi_old
+        ("dppo_binary_tv", {"mu_source": "recompute"}, True),  # mu := pi_old
     ],
 )
 def test_only_recompute_anchored_runs_make_the_extra_forward(tok, trust_region, extra, recompute):
@@ -222,8 +222,7 @@ def test_only_recompute_anchored_runs_make_the_extra_forward(tok, trust_region, 
     info = step(learner, tr)
     train = 2 * B // mb
     assert calls[0] == train + (B // mb if recompute else 0)
-    assert float(info["recompute_forwards"]) == (B // mb if recompute else 0)
-    assert ("recompute_time" in info) == recompute
+    assert (float(info["recompute_s"]) > 0) == recompute
 
 
 def test_stock_oat_always_recomputes(tok):
@@ -272,13 +271,13 @@ def test_topk_strategy_trains_on_the_actors_topk_arrays(tok, name):
     # mu (the top-K arrays) is the learner's own policy before the first update: divergence ~ 0 on
     # the first micro-batches; every metric is finite.
     assert float(info["divergence_mean"]) < 0.05
-    for k in ("kept_frac", "binary_tv_mean", "divergence_mean", "entropy", "pg_loss", "policy_grad_norm"):
+    for k in ("kept_frac", "binary_tv_mean", "divergence_mean", "entropy", "loss", "grad_norm"):
         assert math.isfinite(float(info[k])), k
 
 
 def test_topk_strategy_refuses_a_batch_without_topk_arrays(tok):
     learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_topk_tv", topk=4), learner_cls=DPPOLearner)
-    with pytest.raises(ValueError, match="top-K arrays from the actor"):
+    with pytest.raises(ValueError, match="needs \\[L, K\\+1\\]"):
         step(learner, H.make_transitions(tok, 8))
 
 
@@ -286,10 +285,10 @@ def test_learn_round_reports_trust_region_metrics_in_oats_train_info(tok):
     learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_binary_tv"), learner_cls=DPPOLearner)
     tr = H.make_transitions(tok, 8, behavior=learner.model, logprob_offset=-0.2)
     info = H.run_learn_round(learner, tr)
-    for k in ("train/kept_frac", "train/binary_tv_mean", "train/prob_diff_mean", "train/kl_k3", "train/pg_loss",
-              "train/policy_grad_norm", "train/entropy", "train/recompute_forwards"):
+    for k in ("train/kept_frac", "train/binary_tv_mean", "train/prob_diff_mean", "train/kl_k3", "train/loss",
+              "train/grad_norm", "train/entropy", "train/recompute_s"):
         assert k in info and isinstance(info[k], float), k
-    assert info["train/recompute_forwards"] == 0.0
+    assert info["train/recompute_s"] == 0.0
     assert info["train/prob_diff_mean"] > 0
 
 

@@ -27,8 +27,6 @@ class Turn:
     # Filled by `advantages.assign_advantages`.
     ret: float = 0.0
     advantage: float = 0.0
-    # [L] log pi_old recomputed before the update, only for anchor="recompute" strategies.
-    old_logprobs: np.ndarray | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -151,14 +151,19 @@ class Patches:
 def instrument(trainer) -> Any:
     """Patch timers around the pieces of `trainer.train_iteration`; yields the `Timers`."""
     import oat_dppo.learner.learner as learner_mod
+    import oat_dppo.learner.loop as loop_mod
+    import oat_dppo.learner.step as step_mod
+    from oat_dppo.learner.batch import TokenBatch
 
     timers = Timers()
     learner = trainer.learner
     patches = Patches()
     patches.set(trainer.engine, "generate", timers.wrap("generate", trainer.engine.generate))
-    patches.set(learner_mod, "policy_logprobs", timers.wrap("forward", learner_mod.policy_logprobs))
+    patches.set(step_mod, "policy_logprobs", timers.wrap("forward", step_mod.policy_logprobs))
+    patches.set(loop_mod, "policy_logprobs", timers.wrap("forward", loop_mod.policy_logprobs))  # pi_old
     patches.set(learner_mod, "collate", timers.wrap("collate", learner_mod.collate))
-    patches.set(learner_mod, "aggregate", timers.wrap("trust_region", learner_mod.aggregate))
+    patches.set(TokenBatch, "rows", timers.wrap("collate", TokenBatch.rows))  # micro-batches of the packed batch
+    patches.set(step_mod, "aggregate", timers.wrap("trust_region", step_mod.aggregate))
     patches.set(learner, "trust_region", timers.wrap("trust_region", learner.trust_region))
     patches.set(torch.Tensor, "backward", timers.wrap("backward", torch.Tensor.backward))
     patches.set(torch.nn.utils, "clip_grad_norm_", timers.wrap("optimizer", torch.nn.utils.clip_grad_norm_))
@@ -179,31 +184,24 @@ def instrument(trainer) -> Any:
 
 @contextlib.contextmanager
 def capture_update(learner) -> Any:
-    """Record the turns of each `learner.update` call and, per optimizer step, the micro-batches it
-    collated (a step's batches are those collated since the previous `optimizer.step`)."""
+    """Record the turns of each `learner.update` call and, per optimizer step, its micro-batches (the
+    plan the shared learner loop runs, as `TokenBatch`es)."""
     import oat_dppo.learner.learner as learner_mod
 
-    seen: dict[str, list] = {"turns": [], "steps": [], "pending": []}
-    update, collate, step = learner.update, learner_mod.collate, learner.optimizer.step
+    seen: dict[str, list] = {"turns": [], "steps": []}
+    update, run_update = learner.update, learner_mod.run_update
 
     def update_spy(turns, rng):
-        seen.update(turns=list(turns), steps=[], pending=[])
+        seen.update(turns=list(turns), steps=[])
         return update(turns, rng)
 
-    def collate_spy(*args, **kwargs):
-        batch = collate(*args, **kwargs)
-        seen["pending"].append(batch)
-        return batch
-
-    def step_spy(*args, **kwargs):
-        seen["steps"].append(seen["pending"])
-        seen["pending"] = []
-        return step(*args, **kwargs)
+    def run_update_spy(model, batch, plan, *args, **kwargs):
+        seen["steps"] = [[batch.rows(micro) for micro in step] for step in plan]
+        return run_update(model, batch, plan, *args, **kwargs)
 
     patches = Patches()
     patches.set(learner, "update", update_spy)
-    patches.set(learner_mod, "collate", collate_spy)
-    patches.set(learner.optimizer, "step", step_spy)
+    patches.set(learner_mod, "run_update", run_update_spy)
     try:
         yield seen
     finally:

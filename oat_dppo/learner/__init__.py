@@ -1,8 +1,19 @@
-"""Turns -> tensors -> trust region -> loss -> optimizer step."""
+"""Turns -> tensors -> trust region -> loss -> optimizer steps: the loop both backends share."""
 
-from oat_dppo.learner.batch import TokenBatch, collate
-from oat_dppo.learner.learner import Learner, LearnerConfig, MetricAccumulator, trust_region_loss
+from oat_dppo.learner.batch import Sample, TokenBatch, collate
+from oat_dppo.learner.learner import Learner, LearnerConfig
 from oat_dppo.learner.logprobs import PolicyLogprobs, policy_logprobs
+from oat_dppo.learner.loop import (
+    UpdateHooks,
+    chunks,
+    needs_pi_old,
+    plan_steps,
+    recompute_old_logp,
+    run_update,
+    use_mu_source,
+)
+from oat_dppo.learner.step import MetricAccumulator, trust_region_loss
 
-__all__ = ["Learner", "LearnerConfig", "MetricAccumulator", "PolicyLogprobs", "TokenBatch", "collate", "policy_logprobs",
-           "trust_region_loss"]
+__all__ = ["Learner", "LearnerConfig", "MetricAccumulator", "PolicyLogprobs", "Sample", "TokenBatch", "UpdateHooks",
+           "chunks", "collate", "needs_pi_old", "plan_steps", "policy_logprobs", "recompute_old_logp", "run_update",
+           "trust_region_loss", "use_mu_source"]

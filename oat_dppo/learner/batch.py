@@ -1,15 +1,38 @@
-"""Turns -> right-padded [B, T] tensors, aligned so that position t holds the token predicted from t-1."""
+"""Transitions -> right-padded [B, T] tensors, aligned so that position t holds the token predicted
+from t - 1. The one packing of both backends: the local learner packs its `Turn`s, the Oat learner
+the `Sample`s it reads back from Oat's collated batch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from oat_dppo.agent.types import Turn
+
+class Packable(Protocol):
+    """What `collate` reads from a transition (`agent.Turn` and `Sample` have these fields)."""
+
+    prompt_ids: Sequence[int]
+    response_ids: Sequence[int]
+    behavior_logprobs: np.ndarray  # [L] log mu of each response token
+    advantage: float
+    topk_ids: np.ndarray | None  # [L, K+1], -1 on unused slots
+    topk_logprobs: np.ndarray | None  # [L, K+1], -inf on unused slots
+
+
+@dataclass
+class Sample:
+    """A trained transition that is not an agent `Turn` (e.g. one row of Oat's batch)."""
+
+    prompt_ids: Sequence[int]
+    response_ids: Sequence[int]
+    behavior_logprobs: np.ndarray
+    advantage: float = 0.0
+    topk_ids: np.ndarray | None = None
+    topk_logprobs: np.ndarray | None = None
 
 
 @dataclass
@@ -24,6 +47,7 @@ class TokenBatch:
     topk_ids:        [B, T, S] long or None (S = K + 1), 0 on unused slots
     topk_behavior_logp: [B, T, S] float32 or None, -inf on unused slots
     topk_valid:      [B, T, S] bool or None
+    old_logp:        [B, T] float32 or None, recomputed log pi_old at response tokens (learner.loop)
     """
 
     input_ids: Tensor
@@ -34,64 +58,76 @@ class TokenBatch:
     topk_ids: Tensor | None = None
     topk_behavior_logp: Tensor | None = None
     topk_valid: Tensor | None = None
-    old_logp: Tensor | None = None  # [B, T] float32, recomputed log pi_old (anchor="recompute")
+    old_logp: Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
         return int(self.response_mask.sum())
 
+    @property
+    def num_rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
     def to(self, device: torch.device | str) -> "TokenBatch":
         return TokenBatch(**{k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in vars(self).items()})
 
+    def rows(self, rows: Sequence[int] | Tensor) -> "TokenBatch":
+        """Rows `rows` (in that order), columns trimmed to the longest attended one: a micro-batch
+        with exactly the padding `collate` of those rows alone would give."""
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        width = int(self.attention_mask[rows].sum(-1).max())
+        T = self.input_ids.shape[1]
 
-def collate(turns: Sequence[Turn], pad_id: int, topk: int = 0) -> TokenBatch:
-    """Pad `turns` into a `TokenBatch`. Only tokens the engine sampled (and recorded mu for) are
+        def cut(t: Tensor | None) -> Tensor | None:
+            if t is None:
+                return None
+            return t[rows, :width] if t.dim() >= 2 and t.shape[1] == T else t[rows]
+
+        return TokenBatch(**{k: cut(v) for k, v in vars(self).items()})
+
+
+def collate(samples: Sequence[Packable], pad_id: int, topk: int = 0) -> TokenBatch:
+    """Pad `samples` into a `TokenBatch`. Only tokens the engine sampled (and recorded mu for) are
     trained; prompt tokens, template-appended tokens and padding are not."""
-    if not turns:
-        raise ValueError("cannot collate an empty list of turns")
-    lengths = [len(t.prompt_ids) + len(t.response_ids) for t in turns]
-    B, T = len(turns), max(lengths)
+    if not samples:
+        raise ValueError("cannot collate an empty list of samples")
+    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
+    B, T = len(samples), max(lengths)
     ids = np.full((B, T), pad_id, dtype=np.int64)
     attn = np.zeros((B, T), dtype=bool)
     resp = np.zeros((B, T), dtype=bool)
     blp = np.zeros((B, T), dtype=np.float32)
-    with_old = all(t.old_logprobs is not None for t in turns)
-    old = np.zeros((B, T), dtype=np.float32) if with_old else None
     S = topk + 1
-    with_topk = topk > 0
-    if with_topk:
+    if topk:
         tk_ids = np.zeros((B, T, S), dtype=np.int64)
         tk_lp = np.full((B, T, S), -np.inf, dtype=np.float32)
         tk_valid = np.zeros((B, T, S), dtype=bool)
-    for b, turn in enumerate(turns):
-        p, r = len(turn.prompt_ids), len(turn.response_ids)
-        if len(turn.behavior_logprobs) != r:
-            raise ValueError(f"turn {b}: {r} response tokens but {len(turn.behavior_logprobs)} behavior log-probs")
-        ids[b, :p] = turn.prompt_ids
-        ids[b, p : p + r] = turn.response_ids
+    for b, s in enumerate(samples):
+        p, r = len(s.prompt_ids), len(s.response_ids)
+        if len(s.behavior_logprobs) != r:
+            raise ValueError(f"sample {b}: {r} response tokens but {len(s.behavior_logprobs)} behavior log-probs")
+        ids[b, :p] = s.prompt_ids
+        ids[b, p : p + r] = s.response_ids
         attn[b, : p + r] = True
         resp[b, p : p + r] = True
-        blp[b, p : p + r] = turn.behavior_logprobs
-        if old is not None:
-            old[b, p : p + r] = turn.old_logprobs
-        if with_topk:
-            if turn.topk_ids is None or turn.topk_ids.shape != (r, S):
-                got = None if turn.topk_ids is None else turn.topk_ids.shape
-                raise ValueError(f"turn {b}: top-K strategy needs [L, K+1] = ({r}, {S}) top-K arrays, got {got}")
-            slot_ok = turn.topk_ids >= 0
-            tk_ids[b, p : p + r] = np.where(slot_ok, turn.topk_ids, 0)
-            tk_lp[b, p : p + r] = np.where(slot_ok, turn.topk_logprobs, -np.inf)
+        blp[b, p : p + r] = s.behavior_logprobs
+        if topk:
+            if s.topk_ids is None or tuple(s.topk_ids.shape) != (r, S):
+                got = None if s.topk_ids is None else tuple(s.topk_ids.shape)
+                raise ValueError(f"sample {b}: a top-K strategy with K={topk} needs [L, K+1] = ({r}, {S}) top-K "
+                                 f"arrays, got {got}")
+            slot_ok = np.asarray(s.topk_ids) >= 0
+            tk_ids[b, p : p + r] = np.where(slot_ok, s.topk_ids, 0)
+            tk_lp[b, p : p + r] = np.where(slot_ok, s.topk_logprobs, -np.inf)
             tk_valid[b, p : p + r] = slot_ok
-    adv = torch.tensor([[t.advantage] for t in turns], dtype=torch.float32)
     batch = TokenBatch(
         input_ids=torch.from_numpy(ids),
         attention_mask=torch.from_numpy(attn),
         response_mask=torch.from_numpy(resp),
         behavior_logp=torch.from_numpy(blp),
-        advantages=adv,
-        old_logp=None if old is None else torch.from_numpy(old),
+        advantages=torch.tensor([[float(s.advantage)] for s in samples], dtype=torch.float32),  # [B, 1]
     )
-    if with_topk:
+    if topk:
         batch.topk_ids = torch.from_numpy(tk_ids)
         batch.topk_behavior_logp = torch.from_numpy(tk_lp)
         batch.topk_valid = torch.from_numpy(tk_valid)

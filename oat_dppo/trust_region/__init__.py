@@ -8,6 +8,7 @@ Pure torch: nothing here imports oat, vllm or gem.
 """
 
 from oat_dppo.trust_region.aggregation import AGGREGATION_MODES, aggregate
+from oat_dppo.trust_region.contract import Requirements, requirements
 from oat_dppo.trust_region.divergences import binary_kl, binary_tv, full_kl, full_tv, topk_kl, topk_tv
 from oat_dppo.trust_region.inputs import PreparedBatch, TrustRegionInputs, TrustRegionOutput, prepare
 from oat_dppo.trust_region.metrics import trust_region_metrics
@@ -38,6 +39,7 @@ __all__ = [
     "PreparedBatch",
     "RatioClip",
     "RelaxedRatioClip",
+    "Requirements",
     "TrustRegionInputs",
     "TrustRegionOutput",
     "aggregate",
@@ -50,6 +52,7 @@ __all__ = [
     "make_trust_region",
     "prepare",
     "register",
+    "requirements",
     "topk_kl",
     "topk_tv",
     "trust_region_metrics",

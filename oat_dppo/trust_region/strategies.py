@@ -171,7 +171,6 @@ class DPPO(MaskedPolicyGradient):
     """DPPO's divergence mask (eq. 12): block A > 0 with r > 1 and D > delta, and A < 0 with r < 1
     and D > delta. The mask never blocks an update that moves pi back toward the anchor."""
 
-    divergence_kind: ClassVar[str] = "binary_tv"
     supports_anchor = True
 
     def __init__(self, *, delta: float, C: float = math.inf, anchor: Anchor = "behavior"):

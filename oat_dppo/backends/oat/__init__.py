@@ -1,7 +1,6 @@
 """The Oat backend: DPPO as a learner inside Oat's distributed actor/learner program.
 
-    args.py          DPPOArgs (Oat's PPOArgs + the local backend's options), finalize/validation
-    source_fields.py Oat's argument fields read from its sources (help without vLLM)
+    args.py          DPPOArgs (Oat's PPOArgs + the local backend's options), the one mapping, finalize
     availability.py  is the Oat stack (oat-llm, vLLM, launchpad, CUDA) installed here?
     data.py          DPPOTransitionData / DPPOTransitionDataset; Oat batch -> TokenBatch
     actor.py         DPPOActor(PPOActor): GEM episodes through the shared agent loop

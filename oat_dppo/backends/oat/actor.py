@@ -26,8 +26,10 @@ from typing import Any, Sequence
 
 from oat.algorithms.ppo import PPOActor
 
-from oat_dppo.agent import PromptFormat, assign_advantages, play_episodes
-from oat_dppo.backends.local import build_envs, build_trust_region, derive_seed, episode_metrics, resolve_template
+from oat_dppo.agent import EVAL_KEYS, PromptFormat, assign_advantages, episode_metrics, play_episodes
+from oat_dppo.components import build_envs, build_trust_region, resolve_template
+from oat_dppo.seeds import derive_seed
+from oat_dppo.trust_region import requirements
 from oat_dppo.backends.oat.args import to_train_config
 from oat_dppo.backends.oat.data import DPPOTransitionData, transition_from_turn
 from oat_dppo.engine.base import stop_token_ids
@@ -35,30 +37,13 @@ from oat_dppo.engine.vllm import VLLMEngine, max_model_len
 
 # Rounds of episodes one step may play before it gives up (every episode failing is a broken env).
 MAX_ROUNDS = 8
-# What an evaluation reports (fixed keys: the learner broadcasts them to every rank).
-EVAL_KEYS = ("episodes", "reward_mean", "success_rate", "turns_mean", "response_tokens_mean", "well_formed_rate",
-             "length_truncated_rate")
-
-
-def combine_eval(results: Sequence[dict]) -> dict[str, float]:
-    """Episode-weighted means of several actors' `evaluate_episodes` results."""
-    total = sum(r.get("episodes", 0.0) for r in results)
-    out = {k: math.nan for k in EVAL_KEYS}
-    out["episodes"] = float(total)
-    if total:
-        for k in EVAL_KEYS[1:]:
-            vals = [(r["episodes"], r[k]) for r in results if r.get("episodes") and not math.isnan(r.get(k, math.nan))]
-            w = sum(n for n, _ in vals)
-            out[k] = sum(n * v for n, v in vals) / w if w else math.nan
-    return out
 
 
 class DPPOActor(PPOActor):
     def init(self, actor_id, save_path):
         args = self.args
         self.cfg = to_train_config(args)
-        self.trust_region = build_trust_region(self.cfg)
-        self.topk = int(getattr(self.trust_region, "topk", 0))
+        self.topk = requirements(build_trust_region(self.cfg)).topk
         # Before vLLM is built: requests for more log-probs than max_logprobs are rejected.
         self.vllm_args["max_logprobs"] = max(int(args.vllm_max_logprobs or 20), self.topk)
         super().init(actor_id, save_path)  # vllm.LLM, tokenizer, Oat's sampling params, no oracle
@@ -70,9 +55,6 @@ class DPPOActor(PPOActor):
 
         args = self.args
         tok = self.tokenizer
-        self.cfg = getattr(self, "cfg", None) or to_train_config(args)
-        if not hasattr(self, "topk"):
-            self.topk = int(getattr(build_trust_region(self.cfg), "topk", 0))
         self.prompt = PromptFormat(tok, resolve_template(self.cfg, tok), args.system_prompt, args.response_prefix)
         max_context = args.max_model_len or max_model_len(self.llm)
         # As every engine: EOS, pad and the template's end-of-turn token end a response (vLLM adds the
@@ -179,4 +161,4 @@ class DPPOActor(PPOActor):
         return {k: float(m.get(k, math.nan)) for k in EVAL_KEYS}
 
 
-__all__ = ["DPPOActor", "EVAL_KEYS", "MAX_ROUNDS", "combine_eval"]
+__all__ = ["DPPOActor", "MAX_ROUNDS"]

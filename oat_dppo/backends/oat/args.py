@@ -1,24 +1,21 @@
-"""`DPPOArgs`: Oat's `PPOArgs` plus the local backend's options, with the same names.
+"""`DPPOArgs`: Oat's own argument class plus the local backend's options, under the same names.
 
-One command line works on both backends. Every `oat_dppo.config.TrainConfig` option is accepted here,
-in one of four ways (`OPTION_ROUTES`; a test keeps the table complete as TrainConfig grows):
+One command line works on both backends. The base class is Oat's real `oat.algorithms.ppo.PPOArgs`
+(it imports vLLM; where vLLM is missing, `oat.args.OATArgs` stands in so that `--help` still lists
+Oat's general options, and a run is refused). Every `TrainConfig` option reaches Oat in one of three
+ways, all decided by the two tables below (the one mapping between the backends):
 
-* own:        environment, template, trust-region, advantage options: fields of DPPOArgs, used by
-              the actor and the learner exactly as on the local backend;
-* same name:  Oat has the option already (temperature, learning_rate, seed, ...): Oat's field,
-              with Oat's default;
-* alias:      Oat has it under another name (`--model` = `--pretrain`, `--max-new-tokens` =
-              `--generate-max-length`, `--group-size` = `--num-samples`, `--mini-batch-size` =
-              `--train-batch-size`, ...): Oat's field, reachable by both names;
-* local only: device, threads, progress, log_episodes (ignored), trainable_layers and resume
-              (refused with a message: they have no Oat counterpart).
+* Oat has it, under the same name (`--temperature`, `--learning-rate`, `--seed`, ...) or another one
+  (`OAT_NAMES`: `--model` is `--pretrain`, `--group-size` is `--num-samples`, ...): Oat's field,
+  reachable by both spellings, with Oat's default unless `OAT_DEFAULTS` sets the project's;
+* Oat lacks it (`--env`, `--template`, `--trust-region` and its parameters, `--advantage`, ...): a
+  field of `DPPOArgs` with the same default and help as on the local backend;
+* local only (`LOCAL_ONLY`): accepted so that a local command line parses, then ignored with a note
+  or refused with a reason.
 
-The base class is the real `oat.algorithms.ppo.PPOArgs` where it imports (GPU machines), otherwise a
-stand-in with the same fields read from Oat's installed sources (`source_fields`), so that
-`--backend oat --help` lists every Oat option on a machine without vLLM.
-
-`finalize(args)` resolves the derived settings and checks the combination; every violation is one
-`ConfigError` line (exit status 2 from the CLI).
+`to_train_config` and `from_train_config` convert between the two with the same tables. `finalize`
+resolves the derived settings and checks the combination; every violation is one `ConfigError` line
+(exit status 2 from the command line).
 """
 
 from __future__ import annotations
@@ -27,21 +24,21 @@ import dataclasses
 import math
 import sys
 import typing
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import tyro
 
 from oat_dppo import config as _config
-from oat_dppo.backends.oat.source_fields import as_dataclass_fields, oat_ppo_args_fields, read_dataclass
+from oat_dppo.components import build_trust_region
 from oat_dppo.config import ConfigError, TrainConfig
+from oat_dppo.trust_region import requirements
 
 # ---------------------------------------------------------------------------------------------
-# How each TrainConfig option reaches Oat
+# The mapping
 # ---------------------------------------------------------------------------------------------
 
-#: TrainConfig name -> Oat field that means the same thing.
-OAT_ALIASES: dict[str, str] = {
+#: TrainConfig name -> the Oat field that means the same thing.
+OAT_NAMES: dict[str, str] = {
     "model": "pretrain",
     "max_new_tokens": "generate_max_length",
     "group_size": "num_samples",
@@ -54,45 +51,62 @@ OAT_ALIASES: dict[str, str] = {
     "wandb_project": "wb_project",
     "vllm_gpu_memory_utilization": "vllm_gpu_ratio",
 }
-#: Options of the one-process backend with no Oat counterpart: accepted so that a local command line
-#: parses; the first four are ignored, the last two refused when set (see `finalize`).
-LOCAL_ONLY: tuple[str, ...] = ("device", "threads", "progress", "log_episodes", "vllm_dtype", "vllm_enforce_eager",
-                               "engine", "trainable_layers", "resume")
+#: Local-backend options with no Oat counterpart: option -> (refused?, what to say).
+LOCAL_ONLY: dict[str, tuple[bool, str]] = {
+    "device": (False, "Oat places every process on its GPUs"),
+    "threads": (False, "Oat's processes use torch's default"),
+    "progress": (False, "Oat logs to stdout"),
+    "log_episodes": (False, "Oat logs no sample episodes"),
+    "vllm_dtype": (False, "Oat's vLLM follows --bf16 / --fp16"),
+    "vllm_enforce_eager": (False, "Oat's vLLM always captures CUDA graphs"),
+    "trainable_layers": (True, "on Oat use --lora-rank (or full fine-tuning)"),
+    "resume": (True, "Oat resumes DeepSpeed checkpoints with --resume-dir DIR"),
+    "engine": (True, "Oat's actors always sample with vLLM"),
+}
 #: Own options whose default differs here: None means "derive it from Oat's settings" (finalize).
-OWN_DEFAULT_OVERRIDES: dict[str, Any] = {
+OWN_DEFAULTS: dict[str, Any] = {
     "episodes_per_iteration": None,  # -> rollout_batch_size x num_samples
     "iterations": None,  # -> Oat's max_train
     "aggregation": None,  # -> from --critic-type (drgrpo: seq_sum_constant_length)
     "log": None,  # Oat logs to stdout, and to wandb with --use-wb (or --log wandb)
     "dtype": None,  # -> Oat's --bf16 / --fp16
     "logits_chunk_tokens": None,  # -> the local default, or 0 under ZeRO-3 with LoRA
+    "engine": "vllm",
 }
-
-#: Oat fields re-declared with the project's default (and why).
-OAT_DEFAULT_OVERRIDES: dict[str, tuple[Any, Any, str]] = {
-    # name: (type or None to keep Oat's, default, help)
+#: Oat fields re-declared with the project's default: name -> (type or None to keep Oat's, default, help).
+OAT_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "pretrain": (None, "Qwen/Qwen3-1.7B-Base", "Policy: a Hugging Face id or local path (vLLM loads it too)."),
-    "generate_max_length": (Optional[int], None, "Response token budget per turn (default: the environment's preset, 4096 for GEM ids)."),
-    "eval_generate_max_length": (Optional[int], None, "Token budget per evaluation turn (default: --generate-max-length)."),
-    "gamma": (Optional[float], None, "Discount over turns (default: the environment's preset: 0.9 for games, 1.0 otherwise)."),
-    "num_samples": (None, 1, "Episodes per start state (same seed), as --group-size on the local backend; >1 enables group baselines (--advantage group)."),
-    "tis_c": (None, None, "Oat's truncated IS (pi_old/mu clamped at tis_c). Off for DPPO: with --behavior rollout the weight is already pi/mu (truncate it with --C); only meaningful with --behavior recompute."),
-    "beta": (None, 0.0, "KL-to-reference coefficient. Must be 0: the DPPO learner has no reference model (the paper's runs use 0)."),
-    "cliprange": (Optional[float], None, "Oat's PPO clip: for ppo_clip strategies, sets --eps-low and --eps-high when they are not given."),
-    "use_fused_lm_head": (None, False, "Unused by the DPPO learner: it computes log pi (and pi on mu's top-K ids) with the LM head applied only at response positions, in checkpointed blocks of --logits-chunk-tokens: never a [B, T, V] tensor."),
-    "pi_buffer_maxlen_per_device": (Optional[int], None, "Turns a learner buffers per learning round (default: exactly "
-                                    "one round: rollout-batch-size-per-device x group size x steps per update)."),
+    "generate_max_length": (Optional[int], None, "Response token budget per turn (default: the environment's "
+                            "preset, 4096 for GEM ids)."),
+    "eval_generate_max_length": (Optional[int], None, "Token budget per evaluation turn (default: "
+                                 "--generate-max-length)."),
+    "gamma": (Optional[float], None, "Discount over turns (default: the environment's preset: 0.9 for games, "
+              "1.0 otherwise)."),
+    "num_samples": (None, 1, "Episodes per start state (same seed), as --group-size on the local backend; >1 "
+                    "enables group baselines (--advantage group)."),
+    "tis_c": (None, None, "Oat's truncated IS (pi_old/mu clamped at tis_c). Off for DPPO: with --mu-source rollout "
+              "the weight is already pi/mu (truncate it with --C); only meaningful with --mu-source recompute."),
+    "beta": (None, 0.0, "KL-to-reference coefficient. Must be 0: the DPPO learner has no reference model (the "
+             "paper's runs use 0)."),
+    "cliprange": (Optional[float], None, "Oat's PPO clip: for ppo_clip strategies, sets --eps-low and --eps-high "
+                  "when they are not given."),
+    "use_fused_lm_head": (None, False, "Unused by the DPPO learner: it computes log pi (and pi on mu's top-K ids) "
+                          "with the LM head applied only at response positions, in checkpointed blocks of "
+                          "--logits-chunk-tokens: never a [B, T, V] tensor."),
+    "pi_buffer_maxlen_per_device": (Optional[int], None, "Turns a learner buffers per learning round (default: "
+                                    "exactly one round: rollout-batch-size-per-device x group size x steps per "
+                                    "update)."),
     "lr_scheduler": (None, "constant", "Learning-rate schedule (constant: as the local backend and GEM's/Oat's RL "
                      "scripts; Oat sizes decaying schedules by prompt count, not by optimizer steps)."),
     "algo": (None, "PPO", "Fixed to PPO for this backend."),
     "oracle": (None, "", "Unused: rewards come from the environments."),
     "prompt_data": (None, "", "Unused: prompts come from the environments."),
 }
-
 #: Help for own options whose meaning on Oat needs saying.
 OWN_HELP: dict[str, str] = {
     "episodes_per_iteration": "Episodes per learning round over all actors: sets --rollout-batch-size to this / "
-                              "--group-size, split evenly over the learners (default: --rollout-batch-size x --group-size).",
+                              "--group-size, split evenly over the learners (default: --rollout-batch-size x "
+                              "--group-size).",
     "iterations": "Learning rounds (rollout + update); default: until Oat's --max-train turns.",
     "aggregation": "Loss aggregation (default: from --critic-type: drgrpo -> seq_sum_constant_length, Oat's "
                    "masked_sum / generate_max_length; grpo -> seq_mean_token_mean).",
@@ -100,19 +114,37 @@ OWN_HELP: dict[str, str] = {
     "dtype": "bfloat16 / float16 / float32: sets Oat's --bf16 / --fp16 (default: Oat's --bf16).",
     "eval_episodes": "Held-out episodes per evaluation (every --eval-steps steps), split over the actors; 0: none.",
     "logits_chunk_tokens": "Response tokens per LM-head block: a block's [tokens, vocab] logits are recomputed in "
-                           "backward (activation checkpointing) instead of kept for the whole micro-batch; 0: one block. "
-                           f"Default {TrainConfig.logits_chunk_tokens}, but 0 with --zero-stage 3 and --lora-rank: "
-                           "DeepSpeed 0.16.8 partitions the frozen LM head again before the recompute "
+                           "backward (activation checkpointing) instead of kept for the whole micro-batch; 0: one "
+                           f"block. Default {TrainConfig.logits_chunk_tokens}, but 0 with --zero-stage 3 and "
+                           "--lora-rank: DeepSpeed 0.16.8 partitions the frozen LM head again before the recompute "
                            "(deepspeedai/DeepSpeed#8148).",
-}
-
-_HELP = {
     "vllm_max_logprobs": "vLLM's max_logprobs (top-K strategies record K log-probs per token; default max(20, K)).",
 }
 
 
-def _unannotate(t: Any) -> tuple[Any, tuple[str, ...]]:
-    """(the bare type, tyro aliases) of a possibly `Annotated[T, tyro.conf.arg(aliases=...)]` hint."""
+# ---------------------------------------------------------------------------------------------
+# The class
+# ---------------------------------------------------------------------------------------------
+
+
+def _oat_base() -> tuple[type | None, str | None]:
+    """(Oat's argument class, why it is not PPOArgs): PPOArgs, else OATArgs, else None."""
+    try:
+        from oat.algorithms.ppo import PPOArgs  # imports vLLM (and torch, deepspeed)
+
+        return PPOArgs, None
+    except ImportError as e:  # vLLM missing: OATArgs (torch + tyro only) keeps Oat's general options
+        why = f"{type(e).__name__}: {e}"
+    try:
+        from oat.args import OATArgs
+
+        return OATArgs, f"oat.algorithms.ppo does not import here ({why})"
+    except ImportError as e:
+        return None, f"oat-llm is not installed ({type(e).__name__}: {e})"
+
+
+def _bare(t: Any) -> tuple[Any, tuple[str, ...]]:
+    """(the type, its tyro aliases) of a possibly `Annotated[T, tyro.conf.arg(aliases=...)]` hint."""
     if typing.get_origin(t) is Annotated:
         aliases: tuple[str, ...] = ()
         for meta in t.__metadata__:
@@ -121,88 +153,53 @@ def _unannotate(t: Any) -> tuple[Any, tuple[str, ...]]:
     return t, ()
 
 
-def _arg(t: Any, *, help: str = "", aliases: tuple[str, ...] = ()) -> Any:
-    kw: dict[str, Any] = {}
-    if help:
-        kw["help"] = help
-    if aliases:
-        kw["aliases"] = tuple(dict.fromkeys(aliases))
-    return Annotated[t, tyro.conf.arg(**kw)] if kw else t
+def _arg(t: Any, help: str, aliases: tuple[str, ...] = ()) -> Any:
+    return Annotated[t, tyro.conf.arg(help=help or None, aliases=tuple(dict.fromkeys(aliases)) or None)]
 
 
-# ---------------------------------------------------------------------------------------------
-# The base: Oat's PPOArgs, or the same fields read from Oat's sources
-# ---------------------------------------------------------------------------------------------
-
-
-def _oat_base() -> tuple[type | None, str]:
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:  # skip a slow import (torch, deepspeed) that must fail
-        return _from_source("ModuleNotFoundError: No module named 'vllm'")
-    try:
-        from oat.algorithms.ppo import PPOArgs  # imports vLLM (and torch, deepspeed)
-
-        return PPOArgs, "oat"
-    except Exception as e:  # ImportError without vLLM; OSError/ValueError on a broken CUDA stack
-        return _from_source(f"{type(e).__name__}: {e}")
-
-
-def _from_source(reason: str) -> tuple[type | None, str]:
-    fields = oat_ppo_args_fields()
-    if fields is None:
-        return None, f"oat-llm is not installed ({reason})"
-    spec = as_dataclass_fields(fields, lambda f: _arg(f.type(), help=f.help))
-    cls = dataclasses.make_dataclass("PPOArgs", spec)
-    cls.__module__ = __name__
-    cls.__qualname__ = "OatPPOArgsFromSource"
-    cls.__doc__ = "Oat's PPOArgs, read from the installed sources (oat.algorithms.ppo does not import here)."
-    return cls, f"read from Oat's installed sources (oat.algorithms.ppo does not import here: {reason})"
+def _help(f: dataclasses.Field) -> str:
+    return f.metadata.get("help", "") if f.metadata else ""
 
 
 def _build(base: type | None) -> type:
-    train_hints = typing.get_type_hints(TrainConfig, include_extras=True)
-    train_docs = {f.name: f.help for f in read_dataclass(Path(_config.__file__).read_text(), "TrainConfig")}
+    """`DPPOArgs` on top of `base` (Oat's class; None: the local options alone)."""
     base_fields = {f.name: f for f in dataclasses.fields(base)} if base is not None else {}
     base_hints = typing.get_type_hints(base, include_extras=True) if base is not None else {}
-    oat_docs = {f.name: f.help for f in (oat_ppo_args_fields() or [])}
+    train_hints = typing.get_type_hints(TrainConfig, include_extras=True)
     aliases_of: dict[str, tuple[str, ...]] = {}
-    for ours, theirs in OAT_ALIASES.items():
+    for ours, theirs in OAT_NAMES.items():
         aliases_of[theirs] = aliases_of.get(theirs, ()) + ("--" + ours.replace("_", "-"),)
 
     spec: list[tuple] = []
     # Oat fields that get an alias or the project's default (they keep their place in Oat's order).
-    for name in base_fields:
-        if name not in aliases_of and name not in OAT_DEFAULT_OVERRIDES:
+    for name, f in base_fields.items():
+        if name not in aliases_of and name not in OAT_DEFAULTS:
             continue
-        f = base_fields[name]
-        t, old_aliases = _unannotate(base_hints[name])
-        typ, default, help_ = OAT_DEFAULT_OVERRIDES.get(name, (None, dataclasses.MISSING, ""))
-        if typ is not None:
-            t = typ
-        help_ = help_ or oat_docs.get(name, "")
+        t, old_aliases = _bare(base_hints[name])
+        typ, default, help_ = OAT_DEFAULTS.get(name, (None, dataclasses.MISSING, ""))
+        help_ = help_ or _help(f)
+        meta = {"help": help_}
         if default is dataclasses.MISSING:
-            field = dataclasses.field(default=f.default) if f.default is not dataclasses.MISSING else \
-                dataclasses.field(default_factory=f.default_factory)
+            field = dataclasses.field(default=f.default, metadata=meta) if f.default is not dataclasses.MISSING else \
+                dataclasses.field(default_factory=f.default_factory, metadata=meta)
         else:
-            field = dataclasses.field(default=default)
-        spec.append((name, _arg(t, help=help_, aliases=old_aliases + aliases_of.get(name, ())), field))
+            field = dataclasses.field(default=default, metadata=meta)
+        spec.append((name, _arg(typ or t, help_, old_aliases + aliases_of.get(name, ())), field))
     # The local backend's options that Oat lacks.
     for f in dataclasses.fields(TrainConfig):
-        if f.name in OAT_ALIASES or f.name in base_fields:
+        if f.name in OAT_NAMES or f.name in base_fields:
             continue
-        t, aliases = _unannotate(train_hints[f.name])
-        default = f.default
-        if f.name in OWN_DEFAULT_OVERRIDES:
-            default = OWN_DEFAULT_OVERRIDES[f.name]
-            if default is None and typing.get_origin(t) is not typing.Union:
-                t = Optional[t]
-        help_ = OWN_HELP.get(f.name) or train_docs.get(f.name, "")
+        t, aliases = _bare(train_hints[f.name])
+        default = OWN_DEFAULTS.get(f.name, f.default)
+        if default is None and f.default is not None and typing.get_origin(t) is not typing.Union:
+            t = Optional[t]
+        help_ = OWN_HELP.get(f.name) or _help(f)
         if f.name in LOCAL_ONLY:
-            refused = f.name in ("trainable_layers", "resume", "engine")
-            help_ = f"[local backend only: {'refused' if refused else 'ignored'} here] " + help_
-        spec.append((f.name, _arg(t, help=help_, aliases=aliases), dataclasses.field(default=default)))
-    spec.append(("vllm_max_logprobs", _arg(Optional[int], help=_HELP["vllm_max_logprobs"]), dataclasses.field(default=None)))
+            refused, why = LOCAL_ONLY[f.name]
+            help_ = f"[local backend only: {'refused' if refused else 'ignored'} here: {why}] " + help_
+        spec.append((f.name, _arg(t, help_, aliases), dataclasses.field(default=default, metadata={"help": help_})))
+    help_ = OWN_HELP["vllm_max_logprobs"]
+    spec.append(("vllm_max_logprobs", _arg(Optional[int], help_), dataclasses.field(default=None, metadata={"help": help_})))
 
     cls = dataclasses.make_dataclass("DPPOArgs", spec, bases=(base,) if base is not None else ())
     # launchpad pickles the args into every node: the class must be found by reference.
@@ -216,47 +213,25 @@ def _build(base: type | None) -> type:
     return cls
 
 
-OatPPOArgs, OAT_ARGS_SOURCE = _oat_base()
-if OatPPOArgs is not None and OatPPOArgs.__qualname__ == "OatPPOArgsFromSource":
-    OatPPOArgsFromSource = OatPPOArgs  # importable by name (pickling)
-DPPOArgs = _build(OatPPOArgs)
-
-
-def option_routes() -> dict[str, str]:
-    """For every TrainConfig option: "own", "same-name", "alias:<oat field>" or "local-only"."""
-    base = {f.name for f in dataclasses.fields(OatPPOArgs)} if OatPPOArgs is not None else set()
-    routes = {}
-    for f in dataclasses.fields(TrainConfig):
-        if f.name in OAT_ALIASES:
-            routes[f.name] = f"alias:{OAT_ALIASES[f.name]}"
-        elif f.name in LOCAL_ONLY:
-            routes[f.name] = "local-only"
-        elif f.name in base:
-            routes[f.name] = "same-name"
-        else:
-            routes[f.name] = "own"
-    return routes
+OatArgs, OAT_ARGS_MISSING = _oat_base()
+DPPOArgs = _build(OatArgs)
 
 
 def parse(argv: list[str]) -> Any:
     """`DPPOArgs` from a command line (prints help and exits on --help)."""
     import warnings
 
+    description = DPPOArgs.__doc__ or ""
+    if OAT_ARGS_MISSING:
+        description += f"\n\nNote: PPO's own options appear where Oat's PPO module imports: {OAT_ARGS_MISSING}."
     with warnings.catch_warnings():
         # Oat annotates some fields `str` with default None; tyro warns about each. Not ours to fix.
         warnings.filterwarnings("ignore", message="The field .* is annotated with type", category=UserWarning)
-        return tyro.cli(DPPOArgs, args=argv, description=_help_description())
-
-
-def _help_description() -> str:
-    text = DPPOArgs.__doc__ or ""
-    if OAT_ARGS_SOURCE != "oat":
-        text += f"\n\nNote: Oat's options are {OAT_ARGS_SOURCE}."
-    return text
+        return tyro.cli(DPPOArgs, args=argv, prog="python -m oat_dppo.main --backend oat", description=description)
 
 
 # ---------------------------------------------------------------------------------------------
-# TrainConfig view: the local backend's helpers (envs, templates, trust region) take one
+# Conversion, both ways, by the tables above
 # ---------------------------------------------------------------------------------------------
 
 _CRITIC_AGGREGATION = {"drgrpo": "seq_sum_constant_length", "grpo": "seq_mean_token_mean"}
@@ -271,50 +246,36 @@ def aggregation_of(args) -> str:
 
 
 def to_train_config(args) -> TrainConfig:
-    """The same run as a `TrainConfig` (only the fields the shared code reads are meaningful)."""
-    epi = args.episodes_per_iteration or args.rollout_batch_size * max(args.num_samples, 1)
-    return TrainConfig(
-        env=args.env,
-        math_data=args.math_data,
-        max_turns=args.max_turns,
-        format_penalty=args.format_penalty,
-        template=args.template,
-        system_prompt=args.system_prompt,
-        response_prefix=args.response_prefix,
-        model=args.pretrain,
-        max_new_tokens=args.generate_max_length,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        trust_region=args.trust_region,
-        delta=args.delta,
-        eps_low=args.eps_low,
-        eps_high=args.eps_high,
-        alpha=args.alpha,
-        direction=args.direction,
-        clip_c=args.clip_c,
-        anchor=args.anchor,
-        topk=args.topk,
-        behavior=args.behavior,
-        learning_rate=args.learning_rate,
-        num_ppo_epochs=args.num_ppo_epochs,
-        mini_batch_size=args.train_batch_size,
-        micro_batch_size=args.train_batch_size_per_device,
-        logits_chunk_tokens=args.logits_chunk_tokens,
-        max_grad_norm=args.max_norm,
-        aggregation=aggregation_of(args),
-        advantage=args.advantage,
-        gamma=args.gamma,
+    """The same run as a `TrainConfig`, for the shared components (environments, trust region,
+    template). Local-only options keep their local defaults; Oat-derived ones are resolved."""
+    values = {}
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in LOCAL_ONLY:
+            continue
+        values[f.name] = getattr(args, OAT_NAMES.get(f.name, f.name))
+    values.update(
+        episodes_per_iteration=args.episodes_per_iteration or args.rollout_batch_size * max(args.num_samples, 1),
         iterations=args.iterations or 1,
-        seed=args.seed,
-        episodes_per_iteration=epi,
-        group_size=args.num_samples,
+        aggregation=aggregation_of(args),
         eval_every=max(0, args.eval_steps),
-        eval_episodes=args.eval_episodes,
         save_every=max(0, args.save_steps),
-        lora_rank=args.lora_rank,
+        logits_chunk_tokens=TrainConfig.logits_chunk_tokens if args.logits_chunk_tokens is None else args.logits_chunk_tokens,
+        log=args.log or TrainConfig.log,
+        dtype=args.dtype or ("bfloat16" if args.bf16 else "float16" if args.fp16 else "float32"),
         backend="oat",
     )
+    return TrainConfig(**values)
+
+
+def from_train_config(cfg: TrainConfig):
+    """A `DPPOArgs` carrying every option of a `TrainConfig` that Oat has (Oat's defaults for the rest)."""
+    args = DPPOArgs()
+    names = {f.name for f in dataclasses.fields(DPPOArgs)}
+    for f in dataclasses.fields(cfg):
+        target = OAT_NAMES.get(f.name, f.name)
+        if target in names:
+            setattr(args, target, getattr(cfg, f.name))
+    return args
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,16 +296,20 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
     `world_size` overrides the learner count derived from --gpus (CPU tests run one rank, gpus=0)."""
     notes: list[str] = []
     # -- options of the local backend ------------------------------------------------------------
-    if args.trainable_layers:
-        raise ConfigError("--trainable-layers is local-backend only; on Oat use --lora-rank (or full fine-tuning)")
-    if args.resume:
-        raise ConfigError("--resume is local-backend only; Oat resumes DeepSpeed checkpoints with --resume-dir DIR")
-    if args.engine == "hf":
-        raise ConfigError("--engine hf is local-backend only; Oat's actors sample with vLLM")
-    ignored = [n for n in ("device", "threads", "progress", "log_episodes", "vllm_dtype", "vllm_enforce_eager")
-               if getattr(args, n) != getattr(TrainConfig, n)]
+    if OAT_ARGS_MISSING:
+        raise ConfigError(f"--backend oat needs Oat's PPO module, and {OAT_ARGS_MISSING}; the GPU install guide is "
+                          "docs/gpu.md")
+    ignored = []
+    for name, (refused, why) in LOCAL_ONLY.items():
+        value, default = getattr(args, name), OWN_DEFAULTS.get(name, getattr(TrainConfig, name))
+        if value == default:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if refused:
+            raise ConfigError(f"{flag} is local-backend only: {why}")
+        ignored.append(flag)
     if ignored:
-        notes.append(f"ignored on the Oat backend: {', '.join('--' + n.replace('_', '-') for n in ignored)}")
+        notes.append(f"ignored on the Oat backend: {', '.join(ignored)}")
     if args.log == "wandb":
         args.use_wb = True
     elif args.log == "tensorboard":
@@ -393,18 +358,15 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
                           "--zero-stage 2")
     cfg = to_train_config(args)
     _config.validate(cfg)  # temperature 1 / top_p 1 / top_k -1, math data, ranges (same checks as local)
-    from oat_dppo.backends.local import build_trust_region
-
-    tr = build_trust_region(cfg)  # a bad strategy or parameter -> ConfigError
-    K = int(getattr(tr, "topk", 0))
+    K = requirements(build_trust_region(cfg)).topk  # a bad strategy or parameter -> ConfigError
     if args.vllm_max_logprobs is None:
         args.vllm_max_logprobs = max(20, K)
     elif K > args.vllm_max_logprobs:
         raise ConfigError(f"--trust-region {args.trust_region} records the top {K} log-probs per token, more than "
                           f"--vllm-max-logprobs {args.vllm_max_logprobs}; raise it to at least {K}")
-    if args.tis_c is not None and args.behavior == "rollout":
-        raise ConfigError(f"--tis-c {args.tis_c} corrects pi_old/mu, but with --behavior rollout the IS weight is "
-                          "already pi/mu; truncate it with --C, or use --behavior recompute for Oat's TIS")
+    if args.tis_c is not None and args.mu_source == "rollout":
+        raise ConfigError(f"--tis-c {args.tis_c} corrects pi_old/mu, but with --mu-source rollout the IS weight is "
+                          "already pi/mu; truncate it with --C, or use --mu-source recompute for Oat's TIS")
     args.aggregation = aggregation_of(args)
     args.use_fused_lm_head = False  # the learner never calls Oat's get_batch_logps (see OAT_DEFAULT_OVERRIDES)
 
@@ -461,7 +423,7 @@ def oat_validate(args) -> None:
 
 def describe(args, notes: list[str] = ()) -> str:
     """The resolved configuration, one `name = value` per line (for --dry-run)."""
-    lines = [f"# oat_dppo --backend oat (Oat's options {OAT_ARGS_SOURCE})"]
+    lines = ["# oat_dppo --backend oat"]
     lines += [f"# note: {n}" for n in notes]
     lines.append(f"# learners: {learner_world_size(args)} GPU(s); trust region: "
                  f"{_trust_region_repr(args)}")
@@ -474,8 +436,6 @@ def describe(args, notes: list[str] = ()) -> str:
 
 
 def _trust_region_repr(args) -> str:
-    from oat_dppo.backends.local import build_trust_region
-
     return repr(build_trust_region(to_train_config(args)))
 
 

@@ -21,7 +21,7 @@ from oat.types import TransitionData
 from oat.utils.data import TransitionDataset
 
 from oat_dppo.agent.types import Turn
-from oat_dppo.learner.batch import TokenBatch
+from oat_dppo.learner.batch import Sample, TokenBatch, collate
 
 
 @dataclass
@@ -75,64 +75,36 @@ class DPPOTransitionDataset(TransitionDataset):
         return batch
 
 
-def to_token_batch(trajectory: dict, topk: int = 0) -> tuple[TokenBatch, torch.Tensor]:
+def to_token_batch(trajectory: dict, topk: int, pad_id: int) -> tuple[TokenBatch, torch.Tensor]:
     """Oat's collated trajectory dict -> (the shared learner's `TokenBatch`, trained rows [B] bool),
-    CPU tensors.
+    CPU tensors, packed by the shared `collate`.
 
-    Oat right-pads `input_ids` [B, T] (prompt + response). Response token t of row b sits at
-    position prompt_len_b + t; that is where TokenBatch keeps mu (and the top-K) for it.
-    `response_mask` marks every response position; rows whose `loss_masks` is False are False in
-    the returned row mask (the learner drops their tokens from training after any recompute).
-    `advantages` is [B, 1] when every item carries one, else None (the learner then computes Oat's
+    Oat right-pads `input_ids` [B, T] (prompt + response): row b's response is
+    input_ids[b, p_b : p_b + L_b], its mu `action_logprobs[b]` ([L_b]). Rows whose `loss_masks` is
+    False are False in the returned row mask (the learner drops their tokens from training after any
+    recompute). `advantages` is None unless every item carries one (the learner then computes Oat's
     Monte-Carlo advantages from the rewards).
     """
     ids = trajectory["input_ids"].long()  # [B, T]
     attn = trajectory["attention_mask"].bool()  # [B, T]
-    B, T = ids.shape
-    resp = torch.zeros(B, T, dtype=torch.bool)
-    blp = torch.zeros(B, T, dtype=torch.float32)
-    S = topk + 1
-    if topk:
-        tk_ids = torch.zeros(B, T, S, dtype=torch.long)
-        tk_lp = torch.full((B, T, S), float("-inf"), dtype=torch.float32)
-        tk_valid = torch.zeros(B, T, S, dtype=torch.bool)
-    for b in range(B):
+    advs = trajectory.get("advantages")
+    with_adv = advs is not None and all(a is not None for a in advs)
+    samples = []
+    for b in range(ids.shape[0]):
         p = int(trajectory["prompt_ids_lens"][b])
         lp = np.asarray(trajectory["action_logprobs"][b], dtype=np.float32)  # [L]
         L = lp.shape[0]
         if p + L != int(attn[b].sum()):
             raise ValueError(f"row {b}: {p} prompt + {L} response tokens, but {int(attn[b].sum())} attended positions")
-        blp[b, p : p + L] = torch.from_numpy(lp)
-        resp[b, p : p + L] = True
-        if topk:
-            t_ids, t_lp = trajectory["topk_ids"][b], trajectory["topk_logprobs"][b]
-            if t_ids is None or tuple(t_ids.shape) != (L, S):
-                got = None if t_ids is None else tuple(t_ids.shape)
-                raise ValueError(f"row {b}: a top-K strategy with K={topk} needs [L, K+1] = ({L}, {S}) top-K "
-                                 f"arrays from the actor, got {got}")
-            ok = torch.from_numpy(np.asarray(t_ids) >= 0)  # [L, S]
-            tk_ids[b, p : p + L] = torch.where(ok, torch.from_numpy(np.asarray(t_ids, dtype=np.int64)), 0)
-            tk_lp[b, p : p + L] = torch.where(ok, torch.from_numpy(np.asarray(t_lp, dtype=np.float32)), float("-inf"))
-            tk_valid[b, p : p + L] = ok
-    advs = trajectory.get("advantages")
-    adv = None
-    if advs is not None and all(a is not None for a in advs):
-        adv = torch.tensor([[float(a)] for a in advs], dtype=torch.float32)  # [B, 1]
-    batch = TokenBatch(input_ids=ids, attention_mask=attn, response_mask=resp, behavior_logp=blp,
-                       advantages=adv)  # advantages may be None until the learner fills them
-    if topk:
-        batch.topk_ids, batch.topk_behavior_logp, batch.topk_valid = tk_ids, tk_lp, tk_valid
+        row = ids[b, : p + L].tolist()
+        samples.append(Sample(
+            prompt_ids=row[:p], response_ids=row[p:], behavior_logprobs=lp,
+            advantage=float(advs[b]) if with_adv else 0.0,
+            topk_ids=trajectory["topk_ids"][b] if topk else None,
+            topk_logprobs=trajectory["topk_logprobs"][b] if topk else None,
+        ))
+    batch = collate(samples, pad_id, topk)
+    if not with_adv:
+        batch.advantages = None  # filled by the learner (Oat's Monte-Carlo advantages)
     trained_rows = torch.tensor([bool(m) for m in trajectory["loss_masks"]], dtype=torch.bool)  # [B]
     return batch, trained_rows
-
-
-def select_rows(batch: TokenBatch, rows: torch.Tensor) -> TokenBatch:
-    """Rows `rows` of `batch`, columns trimmed to the longest attended row (a micro-batch)."""
-    width = int(batch.attention_mask[rows].sum(-1).max())
-
-    def cut(t):
-        if t is None:
-            return None
-        return t[rows, :width] if t.dim() >= 2 and t.shape[1] == batch.input_ids.shape[1] else t[rows]
-
-    return TokenBatch(**{k: cut(v) for k, v in vars(batch).items()})

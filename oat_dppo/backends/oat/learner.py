@@ -1,22 +1,23 @@
-"""`DPPOLearner`: Oat's `PPOLearner` whose learning step is the shared trust-region step.
+"""`DPPOLearner`: Oat's `PPOLearner` whose learning step is the shared trust-region learner loop.
 
 Everything around the step stays Oat's: the DeepSpeed engine and optimizer, gradient accumulation,
 weight sync to vLLM, sleep/wake, collocation, LoRA, checkpoints, wandb, the learn() round. Per call
-(one learning round, the whole buffer as one batch, as in `PPOLearner.learn`):
+(one learning round, the whole buffer as one batch, as in `PPOLearner.learning_step`):
 
-1. Oat's trajectory dict -> `TokenBatch` [B, T] (`data.to_token_batch`), advantages from the actor
-   (the shared `assign_advantages`), or Oat's Monte-Carlo advantages for plain `TransitionData`.
-2. Only when the strategy is anchored on a recomputed pi_old (`anchor="recompute"`, MiniRL) or mu
-   is replaced by it (`--behavior recompute`): one no-grad forward over the batch. Behavior-anchored
+1. Oat's trajectory dict -> `TokenBatch` (`data.to_token_batch`: the shared `collate`), advantages
+   from the actor (the shared `assign_advantages`), or Oat's Monte-Carlo advantages for plain
+   `TransitionData`.
+2. Only when the strategy anchors on a recomputed pi_old (`anchor="recompute"`, MiniRL) or mu is
+   replaced by it (`--mu-source recompute`): one no-grad forward over the batch. Behavior-anchored
    strategies (DPPO, ratio clip on pi/mu) skip it: the paper's ~25% saving.
-3. `num_ppo_epochs` passes in Oat's order (`np.random.permutation`), micro-batches of
-   `train_batch_size_per_device`: `trust_region_loss` (log pi at response positions only, pi on mu's
-   top-K ids without a [B, T, V] tensor, the strategy, the aggregation) -> `strategy.backward` ->
-   `strategy.optimizer_step` (DeepSpeed steps at accumulation boundaries).
+3. The shared loop (`learner.loop.run_update`): `num_ppo_epochs` passes in Oat's order
+   (`np.random.permutation`), optimizer steps of `train_batch_size_per_device x accumulation`
+   rows, micro-batches of `train_batch_size_per_device`; DeepSpeed's engine does the backward and
+   steps at accumulation boundaries (`_DeepSpeedHooks`).
 
 Equivalence with stock Oat (tests/test_oat_backend_learner.py): `ppo_clip` with eps_low = eps_high =
-cliprange, `anchor="recompute"`, `--behavior recompute` and Oat's aggregation reproduces
-`PPOLearner.learning_step` (tis_c None; with `--tis-c` too). With the default `--behavior rollout`
+cliprange, `anchor="recompute"`, `--mu-source recompute` and Oat's aggregation reproduces
+`PPOLearner.learning_step` (tis_c None; with `--tis-c` too). With the default `--mu-source rollout`
 the same strategy is MiniRL (paper D.1): IS weight pi/mu, clip on pi/pi_old.
 """
 
@@ -30,9 +31,14 @@ import torch
 from oat.algorithms.ppo import PPOLearner
 from oat.model import LLM
 
+from oat_dppo.agent import EVAL_KEYS, combine_eval
 from oat_dppo.backends.oat.args import aggregation_of, to_train_config
-from oat_dppo.backends.oat.data import DPPOTransitionDataset, select_rows, to_token_batch
-from oat_dppo.learner import MetricAccumulator, policy_logprobs, trust_region_loss
+from oat_dppo.backends.oat.data import DPPOTransitionDataset, to_token_batch
+from oat_dppo.components import build_trust_region
+from oat_dppo.engine.base import pad_token_id
+from oat_dppo.learner import chunks, needs_pi_old, plan_steps, recompute_old_logp, run_update, use_mu_source
+from oat_dppo.seeds import eval_seeds
+from oat_dppo.trust_region import requirements
 
 
 def hf_policy(model):
@@ -62,19 +68,44 @@ class _SlotDataset(torch.utils.data.Dataset):
         return "", f"slot {i}", ""  # (formatted prompt, raw prompt, reference), as Oat's PromptDataset
 
 
+class _DeepSpeedHooks:
+    """`UpdateHooks` over Oat's strategy: DeepSpeed's engine divides each backward by the number of
+    accumulation steps and must see `step()` after every micro-batch (it applies the optimizer only
+    at the accumulation boundary)."""
+
+    def __init__(self, learner: "DPPOLearner"):
+        self.learner = learner
+        self.acc_steps = learner.strategy.grad_acc_step
+        self.pending = 0  # micro-batches of the current optimizer step seen so far
+
+    def backward(self, loss: torch.Tensor) -> None:
+        lr = self.learner
+        # The loss is normalized over the whole optimizer step already: undo DeepSpeed's division.
+        lr.strategy.backward(loss * self.acc_steps, lr.model, lr.optimizer)
+        self.pending += 1
+        if self.pending < self.acc_steps:  # inside the step: DeepSpeed only counts the micro-batch
+            lr.strategy.optimizer_step(lr.optimizer, lr.model, lr.scheduler)
+
+    def step(self) -> float:
+        lr = self.learner
+        if self.pending != self.acc_steps:
+            raise RuntimeError(f"an optimizer step of {self.pending} micro-batches, but DeepSpeed accumulates "
+                               f"{self.acc_steps}: the batch arithmetic that args.finalize checks was bypassed")
+        self.pending = 0
+        norm = float(lr.strategy.get_gradient_norm(lr.model))
+        lr.strategy.optimizer_step(lr.optimizer, lr.model, lr.scheduler)
+        return norm
+
+
 class DPPOLearner(PPOLearner):
     def _init(self, args, actors) -> None:
         super()._init(args, actors)  # Oat's engines, optimizer, collector, wandb; then PPOLearner's
-        from oat_dppo.backends.local import build_trust_region
-
         self.dataset_builder = DPPOTransitionDataset
         self.trust_region = build_trust_region(to_train_config(args))
-        self.topk = int(getattr(self.trust_region, "topk", 0))
-        self.needs_old_logp = bool(getattr(self.trust_region, "needs_old_logp", False)) or args.behavior == "recompute"
+        self.topk = requirements(self.trust_region).topk
         self.aggregation = aggregation_of(args)
         # Oat's drgrpo aggregation: masked_sum / generate_max_length.
         self.constant_length = args.generate_max_length if self.aggregation == "seq_sum_constant_length" else None
-        self.forward_counts = {"recompute": 0, "train": 0}
 
     # -- data: placeholders that pace the actor steps ---------------------------------------------------
     def prepare_data(self, strategy, tokenizer):
@@ -96,93 +127,41 @@ class DPPOLearner(PPOLearner):
         policy = hf_policy(self.model)
         device = next(policy.parameters()).device
         # The batch stays on the host ([B, T, K+1] top-K arrays can be large); micro-batches move.
-        batch, trained_rows = to_token_batch(trajectory, self.topk)
-        B = batch.input_ids.shape[0]
+        batch, trained_rows = to_token_batch(trajectory, self.topk, pad_token_id(self.tokenizer))
+        B, mb = batch.num_rows, args.train_batch_size_per_device
         if batch.advantages is None:  # plain TransitionData: Oat's group Monte-Carlo advantages
             final = torch.tensor([r[-1] for r in trajectory["rewards"]], dtype=torch.float32)
             batch.advantages = self.compute_monte_carlo_advantages(final[:, None] * args.reward_scale, None)[:, None]
         adv_stats = batch.advantages.detach().float()
 
-        infos: dict[str, torch.Tensor] = {}
-        if self.needs_old_logp:
+        recompute_s = 0.0
+        if needs_pi_old(self.trust_region, args.mu_source):
             t0 = time.perf_counter()
-            batch.old_logp = self._recompute_old_logp(policy, batch, device)
-            infos["recompute_time"] = torch.tensor(time.perf_counter() - t0)
+            batch.old_logp = recompute_old_logp(policy, batch, chunks(range(B), mb), device=device,
+                                                logits_chunk_tokens=args.logits_chunk_tokens)
             rollout_mu = batch.behavior_logp
-            if args.behavior == "recompute":  # the on-policy assumption: mu := pi_old
-                batch.behavior_logp = torch.where(batch.response_mask, batch.old_logp, batch.behavior_logp)
+            use_mu_source(batch, args.mu_source)
             if args.tis_c is not None:  # Oat's TIS: weight by min(pi_old/mu, tis_c) (positive: masks keep their signs)
                 tis = torch.exp(batch.old_logp - rollout_mu).clamp(max=args.tis_c)  # [B, T]
                 batch.advantages = torch.where(batch.response_mask, batch.advantages * tis, torch.zeros_like(tis))
+            recompute_s = time.perf_counter() - t0
         batch.response_mask = batch.response_mask & trained_rows[:, None]  # Oat's loss_masks
 
-        mb = args.train_batch_size_per_device
-        acc_steps = self.strategy.grad_acc_step
-        acc = MetricAccumulator()
-        losses, grad_norms = [], []
-        micro_index, window_loss = 0, 0.0
-        for _ in range(args.num_ppo_epochs):
-            order = torch.as_tensor(np.random.permutation(B))  # Oat's shuffle (and its RNG stream)
-            micro = [order[i : i + mb] for i in range(0, B, mb)]
-            for w in range(0, len(micro), acc_steps):
-                window = micro[w : w + acc_steps]  # the micro-batches of one optimizer step
-                rows = torch.cat(window)
-                # Normalizers of the whole step, as if it were one batch (every row counts as a
-                # sequence, as in Oat's per-sequence mean; loss-masked rows add no tokens).
-                n_tok = max(float(batch.response_mask[rows].sum()), 1.0)
-                n_seq = float(len(rows))
-                for r in window:
-                    mbatch = select_rows(batch, r).to(device)
-                    loss, metrics = trust_region_loss(
-                        policy, mbatch, self.trust_region, aggregation=self.aggregation,
-                        constant_length=self.constant_length, num_tokens=n_tok, num_sequences=n_seq,
-                        logits_chunk_tokens=self.args.logits_chunk_tokens,
-                    )
-                    self.forward_counts["train"] += 1
-                    micro_index += 1
-                    window_loss += float(loss.detach())
-                    # DeepSpeed's backward divides by the accumulation steps; the normalizer above
-                    # already covers the whole step, so undo it.
-                    self.strategy.backward(loss * acc_steps, self.model, self.optimizer)
-                    if micro_index % acc_steps == 0:
-                        grad_norms.append(float(self.strategy.get_gradient_norm(self.model)))
-                        losses.append(window_loss)
-                        window_loss = 0.0
-                    self.strategy.optimizer_step(self.optimizer, self.model, self.scheduler)
-                    acc.add(metrics, float(mbatch.num_tokens))
-
-        for k, v in acc.result().items():
-            infos[k] = torch.tensor(float(v))
-        infos["pg_loss"] = torch.tensor(float(np.mean(losses)) if losses else window_loss)
-        infos["policy_grad_norm"] = torch.tensor(max(grad_norms) if grad_norms else math.nan)
+        hooks = _DeepSpeedHooks(self)
+        plan = plan_steps(B, epochs=args.num_ppo_epochs, step_rows=mb * hooks.acc_steps, micro_rows=mb,
+                          permutation=np.random.permutation)  # Oat's shuffle (and its RNG stream)
+        metrics = run_update(policy, batch, plan, self.trust_region, hooks, device=device,
+                             aggregation=self.aggregation, constant_length=self.constant_length,
+                             logits_chunk_tokens=args.logits_chunk_tokens)
+        infos = {k: torch.tensor(float(v)) for k, v in metrics.items()}
+        infos["recompute_s"] = torch.tensor(recompute_s)
         infos["adv_mean"] = adv_stats.mean()
         infos["adv_min"] = adv_stats.min()
         infos["adv_max"] = adv_stats.max()
-        infos["train_tokens"] = torch.tensor(float(batch.num_tokens) * args.num_ppo_epochs)
-        infos["recompute_forwards"] = torch.tensor(float(self.forward_counts["recompute"]))
         return infos
-
-    @torch.no_grad()
-    def _recompute_old_logp(self, policy, batch, device) -> torch.Tensor:
-        """[B, T] log pi_old at every response position: one no-grad pass in micro-batches."""
-        B = batch.input_ids.shape[0]
-        old = torch.zeros_like(batch.behavior_logp)
-        mb = self.args.train_batch_size_per_device
-        for i in range(0, B, mb):
-            rows = torch.arange(i, min(i + mb, B))
-            sub = select_rows(batch, rows)
-            sub.topk_ids = sub.topk_behavior_logp = sub.topk_valid = None  # not needed for pi_old
-            logp = policy_logprobs(policy, sub.to(device), with_entropy=False,
-                                   chunk_tokens=self.args.logits_chunk_tokens).logp  # [mb, width]
-            old[rows, : logp.shape[1]] = logp.float().cpu()
-            self.forward_counts["recompute"] += 1
-        return old
 
     # -- evaluation: held-out episodes in the actors ----------------------------------------------------
     def evaluate(self, dataloader, steps):
-        from oat_dppo.backends.local import eval_seeds
-        from oat_dppo.backends.oat.actor import EVAL_KEYS, combine_eval
-
         args = self.args
         if args.eval_episodes <= 0:
             return {}

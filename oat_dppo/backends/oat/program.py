@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from oat_dppo.backends.oat.args import finalize, oat_validate
+from oat_dppo.backends.oat.args import DPPOArgs, finalize, from_train_config, oat_validate
+from oat_dppo.config import TrainConfig
 
 
 def build_program(args):
@@ -26,9 +27,6 @@ def build_program(args):
 def launch(cfg, *, finalized: bool = False) -> int:
     """Run `cfg` (a `DPPOArgs`, or a `TrainConfig` from `oat_dppo.main.run`) on Oat. Blocks as Oat's own
     entry points do (`lp.launch(..., terminal="current_terminal")`)."""
-    from oat_dppo.backends.oat.args import DPPOArgs
-    from oat_dppo.config import TrainConfig
-
     args = from_train_config(cfg) if isinstance(cfg, TrainConfig) else cfg
     if not isinstance(args, DPPOArgs):
         raise TypeError(f"launch() takes a DPPOArgs or a TrainConfig, got {type(cfg).__name__}")
@@ -41,18 +39,3 @@ def launch(cfg, *, finalized: bool = False) -> int:
 
     lp.launch(program, launch_type=args.launch_type, local_resources=resources, terminal="current_terminal")
     return 0
-
-
-def from_train_config(cfg):
-    """A `DPPOArgs` carrying every option of a `TrainConfig` (Oat's defaults for the rest)."""
-    import dataclasses
-
-    from oat_dppo.backends.oat.args import OAT_ALIASES, DPPOArgs
-
-    args = DPPOArgs()
-    names = {f.name for f in dataclasses.fields(DPPOArgs)}
-    for f in dataclasses.fields(cfg):
-        target = OAT_ALIASES.get(f.name, f.name)
-        if target in names:
-            setattr(args, target, getattr(cfg, f.name))
-    return args

@@ -1,12 +1,13 @@
-"""The embedded backend: rollout with HF `generate`, update with the shared learner, one process.
+"""The local backend's run: rollout (HF `generate`, or a colocated vLLM on one GPU), update with the
+shared learner loop, one process; run directory, checkpoints, signals, evaluation.
 
-For laptops, CI, debugging an environment or template before a GPU run, and small studies. The
-same agent loop and trust region run inside the Oat backend.
+For laptops, CI, debugging an environment or template before a GPU run, small studies, and single-GPU
+runs with the real training-inference mismatch (`--engine vllm`). The same agent loop, components
+and learner loop run inside the Oat backend.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import random
@@ -15,36 +16,20 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
-from oat_dppo.agent import Episode, PromptFormat, assign_advantages, play_episodes
-from oat_dppo.config import ConfigError, TrainConfig, to_dict, trust_region_params
+from oat_dppo.agent import Episode, PromptFormat, assign_advantages, episode_metrics, play_episodes
+from oat_dppo.components import build_envs, build_trust_region, resolve_template
+from oat_dppo.config import ConfigError, TrainConfig, to_dict
 from oat_dppo.rundir import RunDir, RunDirError, replace_dir_atomically
+from oat_dppo.seeds import derive_seed, episode_seeds, eval_seeds
+from oat_dppo.trust_region import requirements
 
 # A response budget that keeps CPU iterations short; presets carry GEM's GPU-sized 4096.
 LOCAL_MAX_NEW_TOKENS = 256
-SUCCESS_RETURN = 1.0 - 1e-6  # an episode "succeeds" when it collects the full reward of 1
-
-
-def derive_seed(*parts: Any) -> int:
-    """A 31-bit seed from any tuple of parts, identical across processes and Python versions."""
-    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
-
-
-def episode_seeds(run_seed: int, iteration: int, n: int, group_size: int) -> list[int]:
-    """Start seeds of one iteration's episodes: n // group_size groups sharing a seed each."""
-    return [derive_seed(run_seed, "train", iteration, g) for g in range(n // group_size) for _ in range(group_size)]
-
-
-def eval_seeds(run_seed: int, n: int) -> list[int]:
-    """Held-out start seeds, the same at every evaluation (eval envs also draw from a separate pool)."""
-    return [derive_seed(run_seed, "eval", j) for j in range(n)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,28 +79,6 @@ def freeze_all_but_top_layers(model, n: int) -> None:
             p.requires_grad_(True)
 
 
-def resolve_template(cfg: TrainConfig, model) -> str:
-    if cfg.template != "auto":
-        return cfg.template
-    from oat_dppo.models import model_family
-
-    family = model_family(cfg.model)
-    if family == "raw" and cfg.model not in ("tiny-qwen3", "tiny-llama"):
-        family = model_family(model)
-    return {"qwen3": "qwen3", "llama3": "llama3", "chatml": "chatml"}.get(family, "raw")
-
-
-def build_envs(cfg: TrainConfig, n: int, *, for_eval: bool) -> list:
-    from oat_dppo.envs import make_env
-
-    options: dict[str, Any] = {"format_penalty": cfg.format_penalty}
-    if cfg.max_turns is not None:
-        options["max_turns"] = cfg.max_turns
-    if cfg.math_data:
-        options["math_data"] = cfg.math_data
-    return [make_env(cfg.env, seed=derive_seed(cfg.seed, "env", i), for_eval=for_eval, **options) for i in range(n)]
-
-
 def resolve_engine(cfg: TrainConfig) -> str:
     """The rollout engine `cfg.engine` means here: "hf" or "vllm" (auto: vllm when it can run)."""
     from oat_dppo.engine.vllm import vllm_unavailable
@@ -150,26 +113,9 @@ def build_engine(cfg: TrainConfig, model, tokenizer, prompt: PromptFormat, *, to
     return engine, engine
 
 
-def build_trust_region(cfg: TrainConfig):
-    from oat_dppo.trust_region import make_trust_region
-
-    try:
-        return make_trust_region(cfg.trust_region, **trust_region_params(cfg))
-    except ValueError as e:
-        raise ConfigError(f"--trust-region {cfg.trust_region}: {e}") from e
-
-
 # ---------------------------------------------------------------------------------------------
 # the run
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Checkpoint:
-    iteration: int  # last completed iteration
-    trainable: dict[str, torch.Tensor]
-    optimizer: dict
-    rng: dict
 
 
 class Interrupted(Exception):
@@ -201,7 +147,7 @@ class LocalTrainer:
         self.max_new_tokens = cfg.max_new_tokens or min(preset.max_new_tokens, LOCAL_MAX_NEW_TOKENS)
         self.prompt = PromptFormat(self.tokenizer, self.template, cfg.system_prompt, cfg.response_prefix)
         self.scratch = Path(tempfile.mkdtemp(prefix="oat_dppo-"))  # e.g. a tiny model's files for vLLM
-        topk = int(getattr(self.trust_region, "topk", 0))
+        topk = requirements(self.trust_region).topk
         self.engine, self.weight_sync = build_engine(cfg, self.model, self.tokenizer, self.prompt, topk=topk,
                                                      scratch=self.scratch)
         constant = self.max_new_tokens if cfg.aggregation == "seq_sum_constant_length" else None
@@ -217,7 +163,7 @@ class LocalTrainer:
                 max_grad_norm=cfg.max_grad_norm,
                 aggregation=cfg.aggregation,
                 constant_length=constant,
-                behavior=cfg.behavior,
+                mu_source=cfg.mu_source,
             ),
             pad_id=pad_token_id(self.tokenizer),
             device=self.device,
@@ -468,24 +414,3 @@ class LocalTrainer:
         for env in self.envs + self.eval_envs:
             env.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
-    """Reward, success, length of a batch of episodes (episodes lost to env errors excluded)."""
-    played = [e for e in episodes if e.error is None and e.turns]
-    turns = [t for e in played for t in e.turns]
-    if not played:
-        return {"episodes": 0.0, "reward_mean": math.nan, "success_rate": math.nan}
-    returns = np.array([e.episode_return for e in played])
-    return {
-        "episodes": float(len(played)),
-        "reward_mean": float(returns.mean()),  # an episode's reward: the sum of its turns' rewards
-        "reward_std": float(returns.std()),
-        "turn_reward_mean": float(np.mean([t.reward for t in turns])),
-        "success_rate": float(np.mean(returns >= SUCCESS_RETURN)),
-        "turns_mean": float(np.mean([len(e.turns) for e in played])),
-        "response_tokens_mean": float(np.mean([t.num_tokens for t in turns])),
-        "prompt_tokens_mean": float(np.mean([len(t.prompt_ids) for t in turns])),
-        "well_formed_rate": float(np.mean([t.well_formed for t in turns])),
-        "length_truncated_rate": float(np.mean([t.finish_reason == "length" for t in turns])),
-    }

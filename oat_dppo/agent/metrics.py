@@ -1,0 +1,49 @@
+"""What a batch of episodes reports: reward, success, lengths (the `rollout/` and `eval/` metrics)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from oat_dppo.agent.types import Episode
+
+SUCCESS_RETURN = 1.0 - 1e-6  # an episode "succeeds" when it collects the full reward of 1
+# What an evaluation reports (fixed keys: the Oat learner broadcasts them to every rank).
+EVAL_KEYS = ("episodes", "reward_mean", "success_rate", "turns_mean", "response_tokens_mean", "well_formed_rate",
+             "length_truncated_rate")
+
+
+def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Reward, success, length of a batch of episodes (episodes lost to env errors excluded)."""
+    played = [e for e in episodes if e.error is None and e.turns]
+    turns = [t for e in played for t in e.turns]
+    if not played:
+        return {"episodes": 0.0, "reward_mean": math.nan, "success_rate": math.nan}
+    returns = np.array([e.episode_return for e in played])
+    return {
+        "episodes": float(len(played)),
+        "reward_mean": float(returns.mean()),  # an episode's reward: the sum of its turns' rewards
+        "reward_std": float(returns.std()),
+        "turn_reward_mean": float(np.mean([t.reward for t in turns])),
+        "success_rate": float(np.mean(returns >= SUCCESS_RETURN)),
+        "turns_mean": float(np.mean([len(e.turns) for e in played])),
+        "response_tokens_mean": float(np.mean([t.num_tokens for t in turns])),
+        "prompt_tokens_mean": float(np.mean([len(t.prompt_ids) for t in turns])),
+        "well_formed_rate": float(np.mean([t.well_formed for t in turns])),
+        "length_truncated_rate": float(np.mean([t.finish_reason == "length" for t in turns])),
+    }
+
+
+def combine_eval(results: Sequence[dict]) -> dict[str, float]:
+    """Episode-weighted means of several evaluations' `EVAL_KEYS` (e.g. one per Oat actor)."""
+    total = sum(r.get("episodes", 0.0) for r in results)
+    out = {k: math.nan for k in EVAL_KEYS}
+    out["episodes"] = float(total)
+    if total:
+        for k in EVAL_KEYS[1:]:
+            vals = [(r["episodes"], r[k]) for r in results if r.get("episodes") and not math.isnan(r.get(k, math.nan))]
+            w = sum(n for n, _ in vals)
+            out[k] = sum(n * v for n, v in vals) / w if w else math.nan
+    return out

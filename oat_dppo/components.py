@@ -1,0 +1,47 @@
+"""The run's parts built from a `TrainConfig`, the same way on both backends: environments, the
+trust region, the prompt template. (A fix here reaches the local trainer and the Oat actor/learner.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oat_dppo.config import ConfigError, TrainConfig, trust_region_params
+from oat_dppo.seeds import derive_seed
+from oat_dppo.trust_region import make_trust_region
+
+TINY_MODEL_NAMES = ("tiny-qwen3", "tiny-llama")
+
+
+def build_trust_region(cfg: TrainConfig):
+    """The strategy `--trust-region` names, with its parameters; a bad name or parameter is a
+    `ConfigError` (one line)."""
+    try:
+        return make_trust_region(cfg.trust_region, **trust_region_params(cfg))
+    except ValueError as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"--trust-region {cfg.trust_region}: {e}") from e
+
+
+def build_envs(cfg: TrainConfig, n: int, *, for_eval: bool) -> list:
+    """`n` environment instances of `--env` (training or held-out evaluation instances)."""
+    from oat_dppo.envs import make_env  # GEM is imported by make_env on first use
+
+    options: dict[str, Any] = {"format_penalty": cfg.format_penalty}
+    if cfg.max_turns is not None:
+        options["max_turns"] = cfg.max_turns
+    if cfg.math_data:
+        options["math_data"] = cfg.math_data
+    return [make_env(cfg.env, seed=derive_seed(cfg.seed, "env", i), for_eval=for_eval, **options) for i in range(n)]
+
+
+def resolve_template(cfg: TrainConfig, model_or_tokenizer: Any) -> str:
+    """`--template`, or (auto) the template of the model's family: qwen3, llama3, chatml, else raw."""
+    if cfg.template != "auto":
+        return cfg.template
+    from oat_dppo.models import model_family  # transformers: only where a model is at hand anyway
+
+    family = model_family(cfg.model)
+    if family == "raw" and cfg.model not in TINY_MODEL_NAMES:
+        family = model_family(model_or_tokenizer)
+    return {"qwen3": "qwen3", "llama3": "llama3", "chatml": "chatml"}.get(family, "raw")

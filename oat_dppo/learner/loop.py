@@ -1,0 +1,153 @@
+"""The learner loop of both backends: a packed rollout batch -> several trust-region optimizer steps.
+
+    for each of `epochs`: a permutation of the rows, cut into optimizer steps of `step_rows` rows,
+        each cut into micro-batches of `micro_rows` rows (sorted by length first where the backend
+        wants less padding):
+            trust_region_loss(micro-batch) -> hooks.backward(loss)     (gradients accumulate)
+        hooks.step()                                                   (clip + optimizer step)
+
+A rollout batch gives several optimizer steps: the paper's setting, where the trust region matters
+from the second step on (pi has moved away from mu). The loss normalizers cover a whole optimizer
+step, so that accumulating micro-batches equals one big batch.
+
+What differs between the backends is passed in, nothing else: how rows are permuted (a seeded
+`random.Random` locally, Oat's `np.random.permutation` on Oat, so that stock Oat is reproduced
+exactly) and what `backward`/`step` do (`UpdateHooks`: a torch optimizer locally, DeepSpeed's engine
+on Oat). The optional pi_old forward (`recompute_old_logp`) and `--mu-source recompute` live here too.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Literal, Protocol, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from oat_dppo.learner.batch import TokenBatch
+from oat_dppo.learner.logprobs import policy_logprobs
+from oat_dppo.learner.step import MetricAccumulator, trust_region_loss
+from oat_dppo.trust_region import requirements
+
+MuSource = Literal["rollout", "recompute"]
+# An optimizer step's micro-batches, each a list of row indices into the packed batch.
+StepPlan = list[list[int]]
+
+
+def needs_pi_old(trust_region, mu_source: MuSource) -> bool:
+    """Whether the learner recomputes log pi_old before the update: the strategy anchors its mask on
+    it (`requirements(...).needs_old_logp`), or mu itself is replaced by it (`--mu-source recompute`)."""
+    return requirements(trust_region).needs_old_logp or mu_source == "recompute"
+
+
+def plan_steps(
+    n_rows: int,
+    *,
+    epochs: int,
+    step_rows: int,
+    micro_rows: int,
+    permutation: Callable[[int], Sequence[int]],
+    lengths: Sequence[int] | None = None,
+) -> list[StepPlan]:
+    """Optimizer steps (each a list of micro-batches of row indices) for `epochs` passes over `n_rows`.
+
+    `permutation(n)` gives each epoch's row order. With `lengths`, a step's rows are sorted by length
+    before they are cut into micro-batches (stable: ties keep the permutation's order), which keeps
+    padding, i.e. wasted compute, small.
+    """
+    plan: list[StepPlan] = []
+    for _ in range(epochs):
+        order = list(permutation(n_rows))
+        for start in range(0, n_rows, step_rows):
+            rows = order[start : start + step_rows]
+            if lengths is not None:
+                rows = sorted(rows, key=lambda i: lengths[i])
+            plan.append([rows[i : i + micro_rows] for i in range(0, len(rows), micro_rows)])
+    return plan
+
+
+def chunks(rows: Sequence[int], size: int) -> list[list[int]]:
+    return [list(rows[i : i + size]) for i in range(0, len(rows), size)]
+
+
+@torch.no_grad()
+def recompute_old_logp(model, batch: TokenBatch, micro_batches: Sequence[Sequence[int]], *, device,
+                       logits_chunk_tokens: int = 0) -> Tensor:
+    """[B, T] log pi_old at every response position (0 elsewhere): one no-grad forward over the
+    batch in the given micro-batches, before any update."""
+    old = torch.zeros_like(batch.behavior_logp)  # [B, T]
+    for rows in micro_batches:
+        sub = batch.rows(rows)
+        sub.topk_ids = sub.topk_behavior_logp = sub.topk_valid = None  # pi_old needs no top-K
+        logp = policy_logprobs(model, sub.to(device), with_entropy=False, chunk_tokens=logits_chunk_tokens).logp
+        old[torch.as_tensor(rows), : logp.shape[1]] = logp.float().cpu()  # [rows, width]
+    return old
+
+
+def use_mu_source(batch: TokenBatch, mu_source: MuSource) -> None:
+    """`--mu-source recompute`: mu := pi_old at the response tokens (the on-policy assumption of
+    stock PPO code); "rollout" keeps the engine's mu (the paper)."""
+    if mu_source == "recompute":
+        if batch.old_logp is None:
+            raise ValueError("mu_source 'recompute' needs batch.old_logp (run recompute_old_logp first)")
+        batch.behavior_logp = torch.where(batch.response_mask, batch.old_logp, batch.behavior_logp)
+
+
+class UpdateHooks(Protocol):
+    """What a backend does with the loss of one micro-batch and at the end of an optimizer step."""
+
+    def backward(self, loss: Tensor) -> None:
+        """Accumulate the gradient of `loss` (already normalized for the whole optimizer step)."""
+
+    def step(self) -> float:
+        """Apply the accumulated gradient (clipping included) and clear it; the gradient norm
+        (not finite: the step was skipped)."""
+
+
+def run_update(
+    model,
+    batch: TokenBatch,
+    plan: Sequence[StepPlan],
+    trust_region,
+    hooks: UpdateHooks,
+    *,
+    device,
+    aggregation: str = "token_mean",
+    constant_length: int | None = None,
+    logits_chunk_tokens: int = 0,
+) -> dict[str, float]:
+    """Run `plan` over `batch` (micro-batches moved to `device` one at a time). Returns the update's
+    metrics: the trust region's (token-weighted over micro-batches), `entropy`, `loss` (mean per
+    step), `grad_norm` (mean over steps) and `grad_norm_max`, `optimizer_steps`, `skipped_steps`,
+    `train_tokens` (response tokens trained, epochs counted)."""
+    acc = MetricAccumulator()
+    losses, norms, tokens = [], [], 0.0
+    for step in plan:
+        rows = [r for micro in step for r in micro]
+        step_tokens = float(batch.response_mask[torch.as_tensor(rows)].sum())
+        n_tok = max(step_tokens, 1.0)  # the loss normalizer (a step of loss-masked rows trains nothing)
+        step_loss = 0.0
+        for micro in step:
+            mb = batch.rows(micro).to(device)
+            loss, metrics = trust_region_loss(
+                model, mb, trust_region, aggregation=aggregation, constant_length=constant_length,
+                num_tokens=n_tok, num_sequences=float(len(rows)), logits_chunk_tokens=logits_chunk_tokens,
+            )
+            hooks.backward(loss)
+            step_loss += float(loss.detach())
+            acc.add(metrics, float(mb.num_tokens))
+        norms.append(float(hooks.step()))
+        losses.append(step_loss)
+        tokens += step_tokens
+    out = acc.result()
+    finite = [n for n in norms if math.isfinite(n)]
+    out.update(
+        loss=float(np.mean(losses)) if losses else math.nan,
+        grad_norm=float(np.mean(finite)) if finite else math.nan,
+        grad_norm_max=max(finite) if finite else math.nan,
+        optimizer_steps=float(len(plan)),
+        skipped_steps=float(len(norms) - len(finite)),
+        train_tokens=tokens,
+    )
+    return out
