@@ -3,6 +3,10 @@ trust region, the prompt template. (A fix here reaches the local trainer and the
 
 from __future__ import annotations
 
+import functools
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 from oat_dppo.config import ConfigError, TrainConfig, trust_region_params
@@ -31,7 +35,7 @@ def build_envs(cfg: TrainConfig, n: int, *, for_eval: bool) -> list:
     if cfg.max_turns is not None:
         options["max_turns"] = cfg.max_turns
     if cfg.math_data:
-        options["math_data"] = cfg.math_data
+        options.update(math_data=cfg.math_data, question_key=cfg.math_question_key, answer_key=cfg.math_answer_key)
     return [make_env(cfg.env, seed=derive_seed(cfg.seed, "env", i), for_eval=for_eval, **options) for i in range(n)]
 
 
@@ -45,3 +49,33 @@ def resolve_template(cfg: TrainConfig, model_or_tokenizer: Any) -> str:
     if family == "raw" and cfg.model not in TINY_MODEL_NAMES:
         family = model_family(model_or_tokenizer)
     return {"qwen3": "qwen3", "llama3": "llama3", "chatml": "chatml"}.get(family, "raw")
+
+
+# TrainConfig option -> the attribute a built-in strategy keeps it in.
+_STRATEGY_ATTRIBUTES = {"delta": "delta", "eps_low": "eps_low", "eps_high": "eps_high", "alpha": "alpha",
+                        "direction": "direction", "clip_c": "C", "anchor": "anchor", "topk": "K"}
+
+
+def effective_trust_region_options(cfg: TrainConfig, trust_region) -> dict[str, Any]:
+    """The trust-region options left at None (the strategy's default) with the value the strategy
+    actually uses, for the options the strategy has (a run's config.json records what ran)."""
+    out = {}
+    for option, attribute in _STRATEGY_ATTRIBUTES.items():
+        if getattr(cfg, option) is None and hasattr(trust_region, attribute):
+            out[option] = getattr(trust_region, attribute)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def provenance() -> dict[str, str | None]:
+    """`_oat_dppo_version` and `_git_commit` (None outside a git checkout) of the code that runs."""
+    try:
+        installed = version("oat-dppo")
+    except PackageNotFoundError:
+        installed = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                                cwd=Path(__file__).resolve().parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"_oat_dppo_version": installed, "_git_commit": commit}

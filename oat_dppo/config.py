@@ -48,8 +48,10 @@ class TrainConfig:
     )
     math_data: Optional[str] = opt(
         None,
-        "Local math problems (jsonl/json/parquet with problem and answer columns) for --env math.",
+        "Local math problems (jsonl/json/parquet/csv with problem and answer columns) for --env math.",
     )
+    math_question_key: str = opt("problem", "--math-data: the column that holds the question.")
+    math_answer_key: str = opt("answer", "--math-data: the column that holds the reference answer.")
     max_turns: Optional[int] = opt(None, "Turns per episode before truncation (default: the environment's preset).")
     format_penalty: float = opt(
         0.0,
@@ -157,7 +159,13 @@ class TrainConfig:
     )
 
     # ---- learner -----------------------------------------------------------------------------
-    learning_rate: float = opt(1e-5, "AdamW learning rate.")
+    learning_rate: float = opt(1e-5, "AdamW learning rate (the peak of --lr-schedule).")
+    lr_schedule: Literal["constant", "linear", "cosine"] = opt(
+        "constant",
+        "Learning-rate schedule over --iterations, after --lr-warmup-iterations of linear warm-up: constant, "
+        "linear or cosine decay (set once per iteration).",
+    )
+    lr_warmup_iterations: int = opt(0, "Iterations of linear learning-rate warm-up from lr/(N+1) to lr.")
     num_ppo_epochs: int = opt(1, "Passes over each rollout batch.")
     mini_batch_size: int = opt(
         16,
@@ -199,6 +207,11 @@ class TrainConfig:
     eval_every: int = opt(5, "Evaluate on held-out seeds every N iterations (0: never).")
     eval_episodes: int = opt(16, "Episodes per evaluation.")
     save_every: int = opt(1, "Checkpoint every N iterations (and always at the end or on interruption).")
+    keep_checkpoint: bool = opt(
+        True,
+        "Keep the last checkpoint when the run finishes (--no-keep-checkpoint deletes it: no disk used, but the "
+        "run cannot be extended with --resume). An interrupted run always keeps it.",
+    )
     log_episodes: int = opt(2, "Episodes per iteration written to episodes.jsonl.")
     log: LogTo = opt("tensorboard", "Metrics sink besides metrics.jsonl.")
     wandb_project: str = opt("oat_dppo", "Weights & Biases project (with --log wandb).")
@@ -209,7 +222,7 @@ class TrainConfig:
     )
     device: str = opt("auto", "Torch device for the local backend (auto: cuda when available).")
     threads: int = opt(0, "Torch CPU threads (0: torch's default).")
-    progress: bool = opt(True, "Show a live progress bar.")
+    progress: bool = opt(True, "Show a live progress bar (--no-progress: one line per iteration instead).")
 
 
 def to_dict(cfg: TrainConfig) -> dict:
@@ -221,7 +234,8 @@ RENAMED_KEYS = {"behavior": "mu_source"}
 
 
 def from_dict(d: dict) -> TrainConfig:
-    d = {RENAMED_KEYS.get(k, k): v for k, v in d.items()}
+    """A TrainConfig from config.json (keys starting with "_" are provenance, not options)."""
+    d = {RENAMED_KEYS.get(k, k): v for k, v in d.items() if not k.startswith("_")}
     if isinstance(d.get("tr_param"), list):
         d["tr_param"] = tuple(d["tr_param"])
     names = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -301,7 +315,11 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"--max-turns must be >= 1, got {cfg.max_turns}")
     if cfg.gamma is not None and not 0.0 <= cfg.gamma <= 1.0:
         raise ConfigError(f"--gamma must be in [0, 1], got {cfg.gamma}")
+    if cfg.mini_batch_size % cfg.micro_batch_size:
+        raise ConfigError(f"--mini-batch-size {cfg.mini_batch_size} must be a multiple of --micro-batch-size "
+                          f"{cfg.micro_batch_size} (every optimizer step accumulates whole micro-batches)")
     for name in ("eval_every", "eval_episodes", "save_every", "log_episodes", "threads", "trainable_layers", "lora_rank",
+                 "lr_warmup_iterations",
                  "logits_chunk_tokens"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")

@@ -1,43 +1,74 @@
 """`python -m oat_dppo.main --env ...`: train an LLM agent with a pluggable trust region.
 
 Parses the command line (tyro, Oat's argument style), picks a backend, and runs. Bad input ends with
-one clear line on stderr and exit status 2.
+one clear line on stderr and exit status 2, before anything is written.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import time
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import tyro
 
-from oat_dppo.config import ConfigError, TrainConfig, from_dict, to_dict, validate
+from oat_dppo.config import Backend, ConfigError, TrainConfig, from_dict, validate
 
 EXIT_BAD_INPUT = 2
 GPU_GUIDE = "docs/gpu.md"
+PROG = "python -m oat_dppo.main"
+# What --resume may change: how long the run goes on, and how it is watched. Everything else would
+# make the resumed run another run than the one its checkpoint belongs to.
+RESUMABLE = ("iterations", "resume", "run_dir", "threads", "progress", "device", "log", "wandb_project", "eval_every",
+             "eval_episodes", "save_every", "log_episodes", "keep_checkpoint")
 
 
-def _resume_dir(argv: list[str]) -> str | None:
-    for i, a in enumerate(argv):
-        if a == "--resume" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--resume="):
-            return a.split("=", 1)[1]
-    return None
+@dataclass
+class _Route:
+    """The two options that decide how the rest of a command line is read."""
+
+    backend: Backend = "auto"
+    resume: Optional[str] = None
+
+
+def route(argv: list[str]) -> _Route:
+    """--backend and --resume alone (the other options, and --help, are read afterwards)."""
+    args = [a for a in argv if a not in ("-h", "--help")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found, _ = tyro.cli(_Route, args=args, prog=PROG, return_unknown_args=True)
+    return found
 
 
 def parse(argv: list[str]) -> TrainConfig:
-    """The config from the command line; with --resume, the saved config with the CLI on top."""
-    resume = _resume_dir(argv)
+    """The config from the command line; with --resume, the saved config with the CLI on top
+    (`resumed_config` then refuses options a resume cannot change)."""
+    resume = route(argv).resume
     if resume is None:
-        return tyro.cli(TrainConfig, args=argv)
+        return tyro.cli(TrainConfig, args=argv, prog=PROG)
     from oat_dppo.rundir import RunDir
 
     saved = from_dict(RunDir(resume, create=False).read_config())
     saved.resume = None
-    return tyro.cli(TrainConfig, args=argv, default=saved)
+    return resumed_config(saved, tyro.cli(TrainConfig, args=argv, default=dataclasses.replace(saved), prog=PROG))
+
+
+def resumed_config(saved: TrainConfig, requested: TrainConfig) -> TrainConfig:
+    """`requested` (the saved config with the command line on top), refused when it changes an
+    option that is not in `RESUMABLE`."""
+    changed = [f.name for f in dataclasses.fields(TrainConfig)
+               if f.name not in RESUMABLE and getattr(requested, f.name) != getattr(saved, f.name)]
+    if changed:
+        flags = ", ".join("--" + n.replace("_", "-") for n in changed)
+        keeps = ", ".join("--" + n.replace("_", "-") for n in RESUMABLE if n not in ("resume", "run_dir"))
+        raise ConfigError(f"--resume continues the run with its saved configuration; {flags} cannot change there "
+                          f"(a resume may change {keeps}). Start a new run to change {flags}.")
+    return requested
 
 
 def missing_for_oat() -> list[str]:
@@ -48,22 +79,13 @@ def missing_for_oat() -> list[str]:
     return missing()
 
 
-def _backend_in_argv(argv: list[str]) -> str:
-    for i, a in enumerate(argv):
-        if a == "--backend" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--backend="):
-            return a.split("=", 1)[1]
-    return "auto"
-
-
 def wants_oat(argv: list[str]) -> bool:
     """Does this command line run on the Oat backend? --backend oat; or auto (the default) where the
     whole stack is installed, except for --resume (a local run directory)."""
-    backend = _backend_in_argv(argv)
-    if backend == "oat":
+    r = route(argv)
+    if r.backend == "oat":
         return True
-    if backend != "auto" or _resume_dir(argv) is not None:
+    if r.backend != "auto" or r.resume is not None:
         return False
     from oat_dppo.backends.oat.availability import missing_packages
 
@@ -91,44 +113,32 @@ def default_run_dir(cfg: TrainConfig) -> str:
 
 
 def run(cfg: TrainConfig) -> int:
-    from oat_dppo.rundir import RunDir, RunDirError
+    """Check `cfg`, then train. A new run's directory is created only once everything that bad input
+    can break (strategy, environment, model, engine) has been built."""
+    from oat_dppo.rundir import RunDir, RunDirError, checkpoint_exists
 
     validate(cfg)
-    backend = choose_backend(cfg)
-    if backend == "oat":
+    if choose_backend(cfg) == "oat":
         from oat_dppo.backends.oat import launch  # noqa: PLC0415 (GPU only)
 
         return launch(cfg)
-    from oat_dppo.backends.local import resolve_engine
+    from oat_dppo.backends.local import LocalTrainer, resolve_engine
 
-    cfg.engine = resolve_engine(cfg)  # before anything is written: the run records the engine it used
+    cfg.engine = resolve_engine(cfg)
     resume = cfg.resume is not None
     if resume:
-        run_dir = RunDir(cfg.resume, create=False)
+        path = RunDir(cfg.resume, create=False).path
+        if not checkpoint_exists(path / "checkpoint"):
+            raise RunDirError(f"cannot resume from {path}: it has no checkpoint yet. Start a new run, "
+                              "or point --resume at a run that saved one.")
     else:
-        run_dir = RunDir(cfg.run_dir or default_run_dir(cfg))
-        if run_dir.checkpoint_path.exists() or run_dir.metrics_path.exists():
-            raise ConfigError(
-                f"{run_dir.path} already holds a run; continue it with --resume {run_dir.path} or choose another --run-dir"
-            )
-        cfg.run_dir = str(run_dir.path)
-        run_dir.write_config(to_dict(cfg))
-    if resume:
-        if not any((run_dir.path / d / "state.pt").exists() for d in ("checkpoint", "checkpoint.prev")):
-            raise RunDirError(
-                f"cannot resume from {run_dir.path}: it has no checkpoint yet. Start a new run, "
-                "or point --resume at a run that saved one."
-            )
-        saved = run_dir.read_config()
-        saved["iterations"] = cfg.iterations  # the one option a resume may change (train longer)
-        run_dir.write_config(saved)
-    print(f"run dir: {run_dir.path}  (backend local, engine {cfg.engine}, trust region {cfg.trust_region}, "
-          f"env {cfg.env}, model {cfg.model})",
-          file=sys.stderr)
-    from oat_dppo.backends.local import LocalTrainer
-
-    trainer = LocalTrainer(cfg, run_dir, resume=resume)
-    return trainer.run()
+        path = Path(cfg.run_dir or default_run_dir(cfg)).expanduser()
+        if (path / "metrics.jsonl").exists() or checkpoint_exists(path / "checkpoint"):
+            raise ConfigError(f"{path} already holds a run; continue it with --resume {path} or choose another --run-dir")
+        cfg.run_dir = str(path)
+    print(f"run dir: {path}  (backend local, engine {cfg.engine}, trust region {cfg.trust_region}, "
+          f"env {cfg.env}, model {cfg.model})", file=sys.stderr)
+    return LocalTrainer(cfg, path, resume=resume).run()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             from oat_dppo.backends.oat import main as oat_main  # noqa: PLC0415
 
             return oat_main(argv)
-        cfg = parse(argv)
-        return run(cfg)
+        return run(parse(argv))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

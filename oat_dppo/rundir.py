@@ -4,7 +4,7 @@
     RUN_DIR/metrics.jsonl      one line per iteration (NaN written as null)
     RUN_DIR/episodes.jsonl     sample episodes (prompts, responses, rewards)
     RUN_DIR/events/            TensorBoard events (with --log tensorboard)
-    RUN_DIR/checkpoint/        latest checkpoint; checkpoint.prev/ the one before (written atomically)
+    RUN_DIR/checkpoint/        the latest checkpoint (backends/local/checkpoint.py: safetensors + JSON)
 """
 
 from __future__ import annotations
@@ -12,10 +12,20 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
+
+
+# A checkpoint directory's files (written by oat_dppo/backends/local/checkpoint.py); the pickled
+# state.pt is oat_dppo 0.1's format, still read (safely).
+CHECKPOINT_STATE, CHECKPOINT_LEGACY = "state.json", "state.pt"
+
+
+def checkpoint_exists(checkpoint_dir: Path) -> bool:
+    """A checkpoint (or the one a crashed save left as `.prev`) is there to resume from."""
+    return any((p / name).is_file() for p in (checkpoint_dir, checkpoint_dir.with_name(checkpoint_dir.name + ".prev"))
+               for name in (CHECKPOINT_STATE, CHECKPOINT_LEGACY))
 
 
 class RunDirError(RuntimeError):
@@ -100,18 +110,6 @@ class RunDir:
     def log_metrics(self, row: dict) -> None:
         self.append_jsonl(self.metrics_path, [row])
 
-    def read_metrics(self) -> list[dict]:
-        """Metric rows, skipping a line truncated by a killed process."""
-        if not self.metrics_path.exists():
-            return []
-        rows = []
-        for line in self.metrics_path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return rows
-
     def truncate_metrics(self, last_iteration: int) -> None:
         """Drop metric lines after `last_iteration` (written after the checkpoint a resume starts
         from), so the file reads as one uninterrupted run."""
@@ -126,13 +124,3 @@ class RunDir:
                 except json.JSONDecodeError:
                     continue
             atomic_write_text(path, "".join(k + "\n" for k in kept))
-
-
-def replace_dir_atomically(tmp: Path, target: Path) -> None:
-    """Move the fully written `tmp` into place as `target`, keeping the old one as `<target>.prev`."""
-    prev = target.with_name(target.name + ".prev")
-    if target.exists():
-        if prev.exists():
-            shutil.rmtree(prev)
-        os.replace(target, prev)
-    os.replace(tmp, target)

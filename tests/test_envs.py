@@ -508,7 +508,7 @@ def test_known_ids_and_presets():
     for env_id in FIRST_CLASS_ENV_IDS:
         preset = get_preset(env_id)
         assert preset.first_class and preset.template in TEMPLATES and preset.max_new_tokens > 0
-        assert preset.multi_turn == env_id.startswith("game:")
+        assert preset.multi_turn == (env_id.startswith("game:") or preset.family == "smoke")
         assert (preset.max_turns > 1) == preset.multi_turn
         assert preset.eval_seed_offset > 10**5
     assert get_preset("game:GuessTheNumber-v0-easy").max_turns == 4  # from GEM's registration

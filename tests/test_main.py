@@ -4,7 +4,6 @@ interruption, learning, and bad input."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from subprocess_env import child_env
 
 from oat_dppo.main import main
 
@@ -52,7 +52,12 @@ def test_trains_end_to_end_on_gem_envs(tmp_path, env, extra):
     assert rows[0]["train/prob_diff_max"] < 1e-4
     config = json.loads((run_dir / "config.json").read_text())
     assert config["env"] == env and config["trust_region"] == "dppo_binary_tv"
-    assert (run_dir / "checkpoint" / "state.pt").exists()
+    assert {p.name for p in (run_dir / "checkpoint").iterdir()} == {"trainable.safetensors", "state.safetensors",
+                                                                    "state.json"}
+    assert not (run_dir / "checkpoint.prev").exists()  # one complete copy at rest
+    assert config["delta"] == 0.2 and config["gamma"] == (0.9 if env.startswith("game") else 1.0)  # effective values
+    assert config["max_new_tokens"] == 8 and config["template"] == "chatml" and config["engine"] == "hf"
+    assert "_oat_dppo_version" in config and "_git_commit" in config
     episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     assert episodes and episodes[0]["turns"][0]["prompt"]
 
@@ -102,6 +107,42 @@ def test_reward_rises_on_a_small_task(tmp_path):
     assert sum(rewards[-2:]) / 2 > rewards[0] + 0.2, rewards
 
 
+def test_resume_refuses_options_that_would_change_the_run_and_keeps_the_others(tmp_path):
+    code, run_dir = run_main(tmp_path, "--env", "rg:arc_1d", "--iterations", "1", "--episodes-per-iteration", "2",
+                             "--eval-every", "0")
+    assert code == 0
+    p = cli("--resume", str(run_dir), "--iterations", "2", "--learning-rate", "0.5", "--trust-region", "pg_is")
+    assert p.returncode == 2 and "--trust-region, --learning-rate cannot change" in p.stderr
+    assert len(metrics(run_dir)) == 1  # nothing ran
+    p = cli("--resume", str(run_dir))  # all iterations done
+    assert p.returncode == 0 and "nothing to do" in p.stderr and "raise --iterations" in p.stderr
+    assert main(["--resume", str(run_dir), "--iterations", "2", "--threads", "1", "--no-progress"]) == 0
+    assert [r["iteration"] for r in metrics(run_dir)] == [0, 1]
+    assert json.loads((run_dir / "config.json").read_text())["iterations"] == 2
+
+
+def test_no_progress_prints_a_line_per_iteration_and_no_deepspeed_chatter(tmp_path):
+    """Batch jobs get a text log; DeepSpeed (installed beside the project for the Oat profile) says nothing."""
+    p = cli(*TINY, "--run-dir", str(tmp_path / "r"), "--env", "smoke:digits", "--iterations", "2",
+            "--episodes-per-iteration", "2", "--eval-every", "0", "--no-keep-checkpoint")
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = [line for line in p.stderr.splitlines() if line.startswith("iteration ")]
+    assert len(lines) == 2 and lines[0].startswith("iteration 1/2: reward ") and "kept" in lines[0] and " s" in lines[0]
+    assert "|pi-mu|" in lines[0]
+    assert "DeepSpeed" not in p.stderr + p.stdout and "real_accelerator" not in p.stderr + p.stdout
+    assert not (tmp_path / "r" / "checkpoint").exists()  # --no-keep-checkpoint: deleted at the end
+
+
+def test_learning_rate_schedule_is_logged_and_follows_the_iterations(tmp_path):
+    code, run_dir = run_main(tmp_path, "--env", "smoke:digits", "--iterations", "4", "--episodes-per-iteration", "2",
+                             "--eval-every", "0", "--learning-rate", "1e-3", "--lr-schedule", "cosine",
+                             "--lr-warmup-iterations", "1")
+    assert code == 0
+    lrs = [r["train/lr"] for r in metrics(run_dir)]
+    assert lrs[0] == pytest.approx(5e-4) and lrs[1] == pytest.approx(1e-3)  # warm-up, then the peak
+    assert lrs[1] > lrs[2] > lrs[3] > 0  # cosine decay over the remaining iterations
+
+
 def _comparable(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith(("time/", "perf/")) and k != "wall_time"}
 
@@ -130,7 +171,7 @@ def test_env_errors_lose_only_their_episodes(tmp_path):
 
 # ---- bad input, in a subprocess: exit status and message ----------------------------------------
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "tests")}
+    env = child_env(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO / "tests"))
     return subprocess.run([sys.executable, "-m", "oat_dppo.main", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, env=env)
 
@@ -147,14 +188,19 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--backend", "oat"], ["--backend oat needs", "docs/gpu.md"]),
         (["--env", "math"], ["--math-data"]),
         (["--model", "no-such-org/no-such-model"], ["no-such-org/no-such-model"]),
+        (["--mini-batch-size", "3", "--micro-batch-size", "2"], ["must be a multiple of --micro-batch-size 2"]),
+        (["--tr-param", "delta"], ["expected NAME=VALUE"]),
+        (["--tr-param", "delta=0.1", "--delta", "0.2"], ["delta is already set"]),
+        (["--tr-param", "beta=1"], ["does not take 'beta'"]),
     ],
 )
-def test_bad_input_exits_2_with_a_clear_message(tmp_path, args, needles):
+def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(tmp_path, args, needles):
     p = cli(*TINY, "--run-dir", str(tmp_path / "r"), *args)
     assert p.returncode == 2, p.stderr[-2000:]
     assert "Traceback" not in p.stderr
     for n in needles:
         assert n in p.stderr, (n, p.stderr[-1500:])
+    assert not (tmp_path / "r").exists()  # validated before anything was created
 
 
 def test_unwritable_run_dir(tmp_path):
@@ -174,13 +220,26 @@ def test_resume_without_checkpoint_or_config(tmp_path):
     assert p.returncode == 2 and "has no checkpoint yet" in p.stderr
 
 
-def test_corrupt_checkpoint_falls_back_to_the_previous_one(tmp_path):
-    code, run_dir = run_main(tmp_path, "--env", "rg:arc_1d", "--iterations", "2", "--episodes-per-iteration", "2",
+def test_a_save_cut_short_falls_back_to_the_previous_checkpoint(tmp_path):
+    """A crash while a new checkpoint is swapped in leaves the old one as checkpoint.prev and a
+    broken new one: --resume uses the old one and redoes the iteration after it."""
+    code, run_dir = run_main(tmp_path, "--env", "rg:arc_1d", "--iterations", "1", "--episodes-per-iteration", "2",
                              "--eval-every", "0")
     assert code == 0
-    (run_dir / "checkpoint" / "state.pt").write_bytes(b"not a checkpoint")
-    assert main(["--resume", str(run_dir), "--iterations", "3"]) == 0
-    assert [r["iteration"] for r in metrics(run_dir)] == [0, 1, 2]  # iteration 1 was redone from iteration 0's state
+    (run_dir / "checkpoint").rename(run_dir / "checkpoint.prev")  # iteration 0's checkpoint
+    (run_dir / "checkpoint").mkdir()
+    (run_dir / "checkpoint" / "state.json").write_text('{"format": 2, "iter')  # the cut-short new one
+    assert main(["--resume", str(run_dir), "--iterations", "2"]) == 0
+    assert [r["iteration"] for r in metrics(run_dir)] == [0, 1]
+    assert not (run_dir / "checkpoint.prev").exists()
+
+
+def test_a_corrupt_only_checkpoint_is_one_clear_line(tmp_path):
+    code, run_dir = run_main(tmp_path, "--env", "rg:arc_1d", "--iterations", "1", "--episodes-per-iteration", "2",
+                             "--eval-every", "0")
+    (run_dir / "checkpoint" / "trainable.safetensors").write_bytes(b"not a checkpoint")
+    p = cli("--resume", str(run_dir), "--iterations", "2")
+    assert p.returncode == 2 and "no usable checkpoint" in p.stderr and len(p.stderr.strip().splitlines()) == 2
 
 
 def test_existing_run_dir_is_not_overwritten(tmp_path):
@@ -193,7 +252,7 @@ def test_existing_run_dir_is_not_overwritten(tmp_path):
 
 def test_sigint_saves_and_the_run_resumes(tmp_path):
     run_dir = tmp_path / "r"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "tests")}
+    env = child_env(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO / "tests"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "oat_dppo.main", *TINY, "--run-dir", str(run_dir), "--env", "rg:arc_1d",
          "--iterations", "50", "--episodes-per-iteration", "2", "--eval-every", "0"],
@@ -207,6 +266,6 @@ def test_sigint_saves_and_the_run_resumes(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert "resume with: python -m oat_dppo.main --resume" in err
     done = len(metrics(run_dir))
-    assert done >= 1 and (run_dir / "checkpoint" / "state.pt").exists()
+    assert done >= 1 and (run_dir / "checkpoint" / "state.json").exists()
     assert main(["--resume", str(run_dir), "--iterations", str(done + 1)]) == 0
     assert [r["iteration"] for r in metrics(run_dir)] == list(range(done + 1))

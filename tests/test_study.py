@@ -314,7 +314,7 @@ def fake_run(run_dir: Path, iterations: int, *, checkpoint: bool, config: dict |
     (run_dir / "metrics.jsonl").write_text("".join(r + "\n" for r in rows))
     if checkpoint:
         (run_dir / "checkpoint").mkdir(exist_ok=True)
-        (run_dir / "checkpoint" / "state.pt").write_bytes(b"x")
+        (run_dir / "checkpoint" / "state.json").write_text("{}")
     if config is not None:
         (run_dir / "config.json").write_text(json.dumps(config))
 
@@ -611,7 +611,7 @@ def test_ctrl_c_checkpoints_then_resume_then_skip(tmp_path):
     assert proc.returncode == 130, out
     assert f"stopped: {run.name}" in out and "(checkpoint saved)" in out
     assert f"continue with (finished runs are skipped, interrupted ones resumed):\n  python -m oat_dppo.study {path}" in out
-    assert (run.run_dir / "checkpoint" / "state.pt").exists()
+    assert (run.run_dir / "checkpoint" / "state.json").exists()
     done = len(metric_iterations(run.run_dir))
     assert 1 <= done < 500
     assert run_state(run).status == "resume"

@@ -1,5 +1,7 @@
-"""Text environments for the agent loop: GEM ids (and `math`, `math:procedural`, or
-`package.module:Factory`) -> `TextEnv`, per-environment presets, prompt templates, action parsing.
+"""The machinery that runs text environments for the agent loop: GEM ids (and `math`,
+`math:procedural`, the project's own `smoke:*`, or `package.module:Factory`) -> `TextEnv`, preset
+lookup, prompt templates, action parsing. The definitions (presets per family, the project's own
+environments) live in the top-level `envs/` folder, installed as `oat_dppo_envs`.
 
     env = make_env("game:Sudoku-v0-easy", seed=123)
     obs, info = env.reset()
@@ -19,7 +21,7 @@ from oat_dppo.envs.errors import (
     EnvStepError,
     UnknownEnvError,
 )
-from oat_dppo.envs.math_data import load_math_file, procedural_math_dataset
+from oat_dppo.envs.math_data import load_math_file
 from oat_dppo.envs.presets import (
     FIRST_CLASS_ENV_IDS,
     LOCAL_MATH_ID,
@@ -31,6 +33,7 @@ from oat_dppo.envs.presets import (
 )
 from oat_dppo.envs.registry import make_env
 from oat_dppo.envs.templates import TEMPLATES, render_prompt, stop_strings
+from oat_dppo_envs.math import procedural_math_dataset
 
 __all__ = [
     "ACTION_FORMATS",

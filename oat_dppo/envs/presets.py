@@ -1,144 +1,35 @@
-r"""Per-environment defaults: instruction text, turn limit, token budget, template hint.
-
-The first-class ids have hand-set presets (tested offline); any other id gets its family's
-defaults. The instruction wrappers reproduce GEM's own training templates (`qwen3_game` for games,
-`qwen3_general` for reasoning-gym and math) minus the chat markup, which `render_prompt` adds.
+r"""Which preset an environment id gets: the hand-set one of a first-class id (the definitions in
+the top-level `envs/` folder, installed as `oat_dppo_envs`), else its family's defaults.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
-from types import MappingProxyType
-from typing import Any, Mapping
+from dataclasses import replace
 
-# Local math datasets and the offline procedural math set; not GEM registry ids.
-LOCAL_MATH_ID = "math"
-PROCEDURAL_MATH_ID = "math:procedural"
+from oat_dppo_envs import DEFAULT_MAX_TURNS, EVAL_SEED_OFFSET, FIRST_CLASS, OWN_ENV_IDS, EnvPreset
+from oat_dppo_envs import games, reasoning_gym
+from oat_dppo_envs.math import LOCAL_MATH_ID, PROCEDURAL_MATH_ID
+from oat_dppo_envs.preset import BOXED_ASK, frozen
 
-_BOXED_ASK = "\nPlease reason step by step, and put your final answer within \\boxed{}."
-GAME_PREFIX = "You are playing language games. Make valid actions to win.\nObservation: "
-QUESTION_PREFIX = "Question: "
-
-# GEM's oat examples: generate_max_length 4096, gamma 0.9 for games and 1.0 otherwise.
-_PAPER_MAX_NEW_TOKENS = 4096
-# Cap on the number of turns for environments that state none (an episode must end).
-DEFAULT_MAX_TURNS = 100
-# Eval instances: seeds and data seeds shifted by this, far from any run's training seeds.
-EVAL_SEED_OFFSET = 1_000_003
+FIRST_CLASS_ENV_IDS: tuple[str, ...] = tuple(FIRST_CLASS)
 # Families whose GEM envs load a dataset from the Hugging Face hub (`dataset_name=` in the spec).
 HUB_FAMILIES = ("math", "eval", "code", "qa", "logic")
 
-
-@dataclass(frozen=True)
-class EnvPreset:
-    """Defaults for one environment id. `make_env` options override the env-facing ones."""
-
-    env_id: str
-    family: str  # "game", "rg", "math", "eval", "code", "qa", "logic", "import"
-    multi_turn: bool
-    max_turns: int
-    max_new_tokens: int = _PAPER_MAX_NEW_TOKENS
-    gamma: float = 1.0
-    # An episode's reward when its first response has no parseable action (GEM's games end it with
-    # format_error_reward; reasoning-gym and math grade it 0). A batch whose mean reward sits here
-    # has collapsed to format failures (study reports count such iterations).
-    format_failure_reward: float = 0.0
-    template: str = "qwen3"  # a hint for the model family the paper used (Qwen3 base)
-    obs_prefix: str = QUESTION_PREFIX
-    obs_suffix: str = _BOXED_ASK
-    action_format: str = "boxed"
-    action_pattern: str | None = None  # regex the boxed answer must fully match to be well formed
-    env_kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    data_seed: int = 0  # seed of the data pool (rg dataset, math shuffle), shared by all instances
-    eval_seed_offset: int = EVAL_SEED_OFFSET
-    # Run step() with a private copy of the global `random`/`np.random` state (games draw from it).
-    isolate_step_rng: bool = False
-    first_class: bool = False
-    hub_dataset: bool = False
-    description: str = ""
-
-
-def _frozen(**kw: Any) -> Mapping[str, Any]:
-    return MappingProxyType(dict(kw))
-
-
-_GAME = dict(
-    family="game",
-    multi_turn=True,
-    gamma=0.9,
-    format_failure_reward=-0.1,  # gem.utils.constants.LanguageGameReward.format_error_reward
-    obs_prefix=GAME_PREFIX,
-    isolate_step_rng=True,
-)
-
-_FIRST_CLASS: dict[str, EnvPreset] = {
-    p.env_id: p
-    for p in (
-        EnvPreset(
-            env_id="game:Sudoku-v0-easy",
-            max_turns=15,
-            action_pattern=r"\d+\s\d+\s\d+",
-            first_class=True,
-            description="4x4 Sudoku, about 9 empty cells, one move per turn (multi-turn)",
-            **_GAME,
-        ),
-        EnvPreset(
-            env_id="game:Sudoku-v0-hard",
-            max_turns=50,
-            action_pattern=r"\d+\s\d+\s\d+",
-            first_class=True,
-            description="9x9 Sudoku, about 47 empty cells in 50 turns (multi-turn)",
-            **_GAME,
-        ),
-        EnvPreset(
-            env_id="rg:arc_1d",
-            family="rg",
-            multi_turn=False,
-            max_turns=1,
-            # arc_1d generates items lazily, so a huge pool costs nothing and never repeats.
-            env_kwargs=_frozen(size=1_000_000),
-            first_class=True,
-            description="reasoning-gym 1D ARC: infer the rule, output the test grid (single-turn)",
-        ),
-        EnvPreset(
-            env_id="rg:acre",
-            family="rg",
-            multi_turn=False,
-            max_turns=1,
-            # ACRE generates its whole pool up front (about 0.3 s per 2000 items).
-            env_kwargs=_frozen(size=2000),
-            first_class=True,
-            description="reasoning-gym ACRE blicket causal induction: on/off/undetermined (single-turn)",
-        ),
-        EnvPreset(
-            env_id=LOCAL_MATH_ID,
-            family="math",
-            multi_turn=False,
-            max_turns=1,
-            first_class=True,
-            description="math problems from a local file (--math-data FILE), graded by GEM's MathEnv",
-        ),
-        EnvPreset(
-            env_id=PROCEDURAL_MATH_ID,
-            family="math",
-            multi_turn=False,
-            max_turns=1,
-            first_class=True,
-            description="offline arithmetic/equations from reasoning-gym, graded by GEM's MathEnv",
-        ),
-    )
-}
-
-FIRST_CLASS_ENV_IDS: tuple[str, ...] = tuple(_FIRST_CLASS)
-
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+__all__ = ["BOXED_ASK", "DEFAULT_MAX_TURNS", "EVAL_SEED_OFFSET", "EnvPreset", "FIRST_CLASS_ENV_IDS", "HUB_FAMILIES",
+           "LOCAL_MATH_ID", "OWN_ENV_IDS", "PROCEDURAL_MATH_ID", "family_of", "frozen", "get_preset", "known_env_ids",
+           "takes_math_data"]
 
 
 def family_of(env_id: str) -> str:
-    """The id's family: its GEM prefix (`game`, `rg`, ...) or `import` for `pkg.module:Factory`."""
+    """The id's family: its GEM prefix (`game`, `rg`, ...), `smoke` for the project's own, or
+    `import` for `pkg.module:Factory`."""
     if env_id == LOCAL_MATH_ID:
         return "math"
+    if env_id in FIRST_CLASS:
+        return FIRST_CLASS[env_id].family
     prefix = env_id.split(":", 1)[0]
     if prefix in ("game", "rg") + HUB_FAMILIES:
         return prefix
@@ -149,19 +40,16 @@ def get_preset(env_id: str) -> EnvPreset:
     """The preset of a first-class id, else defaults for the id's family.
 
     For GEM games the turn limit comes from GEM's registration (`max_turns`), so this imports GEM."""
-    if env_id in _FIRST_CLASS:
-        return _FIRST_CLASS[env_id]
+    if env_id in FIRST_CLASS:
+        return FIRST_CLASS[env_id]
     family = family_of(env_id)
     if family == "game":
-        from oat_dppo.envs._gem import gem_registry
+        from oat_dppo.envs._gem import gem_registry  # GEM takes about 1 s to import: only for games
 
         spec = gem_registry().get(env_id)
-        turns = spec.kwargs.get("max_turns") if spec is not None else None
-        return EnvPreset(env_id=env_id, max_turns=turns or DEFAULT_MAX_TURNS, **_GAME)
+        return games.family_preset(env_id, spec.kwargs.get("max_turns") if spec is not None else None)
     if family == "rg":
-        # Most reasoning-gym datasets are lazy (ACRE and word_ladder are not): a large pool by default.
-        kwargs = {} if env_id in ("rg:word_ladder", "rg:composite") else {"size": 1_000_000}
-        return EnvPreset(env_id, "rg", multi_turn=False, max_turns=1, env_kwargs=_frozen(**kwargs))
+        return reasoning_gym.family_preset(env_id)
     if family in HUB_FAMILIES:
         return _hub_preset(env_id, family)
     # A user's gymnasium-style env: its observations are taken as they are.
@@ -215,8 +103,8 @@ def _hub_preset(env_id: str, family: str) -> EnvPreset:
 
 
 def known_env_ids() -> list[str]:
-    """Every id `make_env` knows by name: all GEM-registered ids plus `math` and `math:procedural`
-    (sorted). Imports GEM."""
+    """Every id `make_env` knows by name: all GEM-registered ids, `math`, `math:procedural` and the
+    project's own (sorted). Imports GEM."""
     from oat_dppo.envs._gem import gem_registry
 
-    return sorted(set(gem_registry()) | {LOCAL_MATH_ID, PROCEDURAL_MATH_ID})
+    return sorted(set(gem_registry()) | {LOCAL_MATH_ID, PROCEDURAL_MATH_ID} | set(OWN_ENV_IDS))

@@ -19,16 +19,10 @@ from oat_dppo.envs._gem import FixedPoolReasoningGym, gem_registry, import_gem
 from oat_dppo.envs.actions import ACTION_FORMATS
 from oat_dppo.envs.adapter import HISTORY_MODES, TextEnv
 from oat_dppo.envs.errors import DatasetUnavailableError, UnknownEnvError
-from oat_dppo.envs.math_data import (
-    DEFAULT_PROCEDURAL_SIZE,
-    DEFAULT_PROCEDURAL_TASKS,
-    MATH_DATA_HINT,
-    load_math_file,
-    make_math_env,
-    procedural_math_dataset,
-)
+from oat_dppo.envs.math_data import MATH_DATA_HINT, load_math_file, make_math_env
 from oat_dppo.envs.presets import (
     LOCAL_MATH_ID,
+    OWN_ENV_IDS,
     PROCEDURAL_MATH_ID,
     EnvPreset,
     family_of,
@@ -37,6 +31,7 @@ from oat_dppo.envs.presets import (
     takes_math_data,
 )
 from oat_dppo.envs.seeding import PrivateGlobalRNG
+from oat_dppo_envs.math import DEFAULT_PROCEDURAL_SIZE, DEFAULT_PROCEDURAL_TASKS, procedural_math_dataset
 
 _LIST_HINT = "Run `python -m oat_dppo.envs --list` to see every id"
 
@@ -173,7 +168,8 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
     family = family_of(env_id)
 
     spec = None
-    if env_id not in (LOCAL_MATH_ID, PROCEDURAL_MATH_ID) and family != "import":
+    own = env_id in OWN_ENV_IDS  # the project's own environments (oat_dppo_envs), not GEM's
+    if env_id not in (LOCAL_MATH_ID, PROCEDURAL_MATH_ID) and family != "import" and not own:
         spec = gem_registry().get(env_id)
         if spec is None:
             raise _unknown_env_error(env_id)
@@ -241,6 +237,8 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
                 tasks=env_kwargs.pop("tasks", DEFAULT_PROCEDURAL_TASKS),
             )
             inner = make_math_env(dataset, data_seed=data_seed, use_mp=math_options["use_mp"], **env_kwargs)
+        elif own:
+            inner = _make_user_env(preset.factory, seed, env_kwargs)
         elif family == "import":
             inner = _make_user_env(env_id, seed, env_kwargs)
         else:

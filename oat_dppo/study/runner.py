@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from oat_dppo.rundir import checkpoint_exists
 from oat_dppo.study.spec import RunSpec, Study, config_differences, option_args
 
 EXIT_FAILED = 1
@@ -66,7 +67,7 @@ def read_progress(run_dir: Path) -> tuple[list[int], float | None]:
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    return any((run_dir / d / "state.pt").is_file() for d in ("checkpoint", "checkpoint.prev"))
+    return checkpoint_exists(run_dir / "checkpoint")
 
 
 def run_state(run: RunSpec) -> RunState:

@@ -22,10 +22,12 @@ import numpy as np
 import torch
 
 from oat_dppo.agent import Episode, PromptFormat, assign_advantages, episode_metrics, play_episodes
-from oat_dppo.components import build_envs, build_trust_region, resolve_template
+from oat_dppo.components import build_envs, build_trust_region, effective_trust_region_options, provenance, resolve_template
 from oat_dppo.config import ConfigError, TrainConfig, to_dict
-from oat_dppo.rundir import RunDir, RunDirError, replace_dir_atomically
+from oat_dppo.backends.local import checkpoint
+from oat_dppo.rundir import RunDir, RunDirError
 from oat_dppo.seeds import derive_seed, episode_seeds, eval_seeds
+from oat_dppo.learner.schedule import lr_factor
 from oat_dppo.trust_region import requirements
 
 # A response budget that keeps CPU iterations short; presets carry GEM's GPU-sized 4096.
@@ -123,14 +125,21 @@ class Interrupted(Exception):
 
 
 class LocalTrainer:
-    """One run on the local backend. `run()` trains, logs, evaluates and checkpoints."""
+    """One run on the local backend. `run()` trains, logs, evaluates and checkpoints.
 
-    def __init__(self, cfg: TrainConfig, run_dir: RunDir, *, resume: bool = False, out=sys.stderr):
+    Everything that can fail on bad input (the trust region, the environments, the model, a resumed
+    checkpoint) is built here, before `run()` writes anything: a rejected command leaves no run
+    directory behind. A new run's directory is created by `run()`; a resumed one must exist.
+    """
+
+    def __init__(self, cfg: TrainConfig, run_dir: RunDir | str | Path, *, resume: bool = False, out=sys.stderr):
         from oat_dppo.engine.base import pad_token_id
         from oat_dppo.learner import Learner, LearnerConfig
 
         self.cfg = cfg
-        self.run_dir = run_dir
+        self.run_dir_path = run_dir.path if isinstance(run_dir, RunDir) else Path(run_dir)
+        self.run_dir = run_dir if isinstance(run_dir, RunDir) else None  # created by run()
+        self.resume = resume
         self.out = out
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -172,9 +181,23 @@ class LocalTrainer:
         if resume:
             self._load_checkpoint()
         self.sync_engine(full=True)  # the engine loaded its weights from disk; the learner's may differ
-        self.writer = self._make_writer()
+        self.writer = None
         self._phase = "setup"
         self._stop_requested = False
+
+    @property
+    def finished(self) -> bool:
+        """Every iteration of --iterations is done (a resumed run with nothing left to do)."""
+        return self.start_iteration >= self.cfg.iterations
+
+    def effective_config(self) -> dict:
+        """The run's configuration with every default resolved to the value in use (trust-region
+        parameters, gamma, token budget, template, engine), plus the version and commit that ran it."""
+        out = to_dict(self.cfg)
+        out.update(effective_trust_region_options(self.cfg, self.trust_region))
+        out.update(gamma=self.gamma, max_new_tokens=self.max_new_tokens, template=self.template)
+        out.update(provenance())
+        return out
 
     def sync_engine(self, *, full: bool = False) -> float:
         """Load the learner's weights into a separate rollout engine (vLLM) and reset its prefix
@@ -186,52 +209,21 @@ class LocalTrainer:
         return self.weight_sync.sync_weights(policy_weights(self.model, trainable_only=not full))
 
     # -- checkpoints -------------------------------------------------------------------------------
-    def _trainable_state(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
-
     def save_checkpoint(self, iteration: int) -> None:
-        """Atomically: write into a temp dir, then swap it in (the previous one is kept as .prev)."""
-        target = self.run_dir.checkpoint_path
-        tmp = target.with_name(f".checkpoint.tmp{os.getpid()}")
-        tmp.mkdir(exist_ok=True)
-        state = {
-            "iteration": iteration,
-            "trainable": self._trainable_state(),
-            "optimizer": self.learner.optimizer.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
-            "config": to_dict(self.cfg),
-        }
-        torch.save(state, tmp / "state.pt")
-        replace_dir_atomically(tmp, target)
+        checkpoint.save(self.run_dir.checkpoint_path, iteration=iteration, model=self.model,
+                        optimizer=self.learner.optimizer)
 
     def _load_checkpoint(self) -> None:
-        errors = []
-        for path in (self.run_dir.checkpoint_path, self.run_dir.checkpoint_path.with_name("checkpoint.prev")):
-            file = path / "state.pt"
-            if not file.exists():
-                errors.append(f"{file}: missing")
-                continue
-            try:
-                state = torch.load(file, map_location="cpu", weights_only=False)
-                missing = self.model.load_state_dict(state["trainable"], strict=False)
-                if missing.unexpected_keys:
-                    raise ValueError(f"unexpected parameters {missing.unexpected_keys[:3]}")
-                self.learner.optimizer.load_state_dict(state["optimizer"])
-            except Exception as e:  # a truncated or foreign file: say which and try the older one
-                errors.append(f"{file}: unreadable ({type(e).__name__}: {e})")
-                continue
-            torch.set_rng_state(state["rng"]["torch"])
-            random.setstate(state["rng"]["python"])
-            np.random.set_state(state["rng"]["numpy"])
-            self.start_iteration = int(state["iteration"]) + 1
-            if errors:
-                print(f"warning: {errors[0]}; resumed from the previous checkpoint", file=self.out)
-            self.run_dir.truncate_metrics(state["iteration"])
-            return
-        raise RunDirError(
-            f"cannot resume from {self.run_dir.path}: no usable checkpoint ({'; '.join(errors)}). "
-            "Start a new run, or point --resume at a run that saved one."
-        )
+        run_dir = RunDir(self.run_dir_path, create=False)
+        try:
+            restored = checkpoint.load(run_dir.checkpoint_path, model=self.model, optimizer=self.learner.optimizer)
+        except checkpoint.CheckpointError as e:
+            raise RunDirError(f"cannot resume from {run_dir.path}: no usable checkpoint ({e}). Start a new run, "
+                              "or point --resume at a run that saved one.") from None
+        if restored.path != run_dir.checkpoint_path:
+            print(f"warning: {run_dir.checkpoint_path} is unusable; resumed from {restored.path}", file=self.out)
+        self.start_iteration = restored.iteration + 1
+        self._resumed_from = restored.iteration
 
     # -- logging -----------------------------------------------------------------------------------
     def _make_writer(self):
@@ -273,14 +265,30 @@ class LocalTrainer:
         raise Interrupted(name)
 
     # -- the loop ----------------------------------------------------------------------------------
+    def _open_run_dir(self) -> RunDir:
+        """The run directory, created for a new run (with its effective config.json); a resumed
+        run's metrics after the restored checkpoint are trimmed, so the files read as one run."""
+        run_dir = RunDir(self.run_dir_path, create=not self.resume)
+        if self.resume:
+            run_dir.truncate_metrics(self._resumed_from)
+        run_dir.write_config(self.effective_config())
+        return run_dir
+
     def run(self) -> int:
         cfg = self.cfg
+        if self.finished:
+            print(f"nothing to do: {self.run_dir_path} has all {cfg.iterations} iterations; raise --iterations to "
+                  "train longer", file=self.out)
+            self.close()
+            return 0
+        if self.run_dir is None:
+            self.run_dir = self._open_run_dir()
+        self.writer = self._make_writer()
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         for s in previous:
             signal.signal(s, self._on_signal)
         bar = self._progress_bar()
         last_saved = self.start_iteration - 1
-        iteration = self.start_iteration
         t_run = time.perf_counter()
         try:
             for iteration in range(self.start_iteration, cfg.iterations):
@@ -298,6 +306,9 @@ class LocalTrainer:
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix_str(self._postfix(row))
+                else:  # batch jobs: a text log, one line per iteration
+                    print(f"iteration {iteration + 1}/{cfg.iterations}: {self._postfix(row)}, "
+                          f"{row['time/iteration_s']:.1f} s", file=self.out, flush=True)
                 if self._stop_requested:
                     raise Interrupted("signal")
         except (Interrupted, KeyboardInterrupt):
@@ -316,6 +327,8 @@ class LocalTrainer:
             self.close()
         if bar is not None:
             bar.close()
+        if not cfg.keep_checkpoint:
+            shutil.rmtree(self.run_dir.checkpoint_path, ignore_errors=True)
         print(f"done: {cfg.iterations} iterations in {self.run_dir.path} "
               f"(plots: python -m oat_dppo.plot {self.run_dir.path})", file=self.out)
         return 0
@@ -323,6 +336,9 @@ class LocalTrainer:
     def train_iteration(self, iteration: int) -> dict:
         cfg = self.cfg
         t_iter = time.perf_counter()
+        lr = cfg.learning_rate * lr_factor(iteration, cfg.iterations, cfg.lr_schedule, cfg.lr_warmup_iterations)
+        for group in self.learner.optimizer.param_groups:
+            group["lr"] = lr
         self._phase = "rollout"
         seeds = episode_seeds(cfg.seed, iteration, cfg.episodes_per_iteration, cfg.group_size)
         episodes, stats = play_episodes(
@@ -340,6 +356,7 @@ class LocalTrainer:
         row["rollout/env_errors"] = stats.env_errors
         row["rollout/context_truncations"] = stats.context_truncations
         row.update({f"train/{k}": v for k, v in train.items() if k not in ("train_seconds",)})
+        row["train/lr"] = lr
         gen_tokens = sum(t.num_tokens for t in turns)
         prompt_tokens = sum(len(t.prompt_ids) for t in turns)
         train_s = train.get("train_seconds", 0.0)
