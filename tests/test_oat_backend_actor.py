@@ -193,6 +193,22 @@ def test_play_episodes_with_vllm_engine_on_a_real_multi_turn_env(tok, model):
         e.close()
 
 
+@pytest.mark.parametrize("template, marker", [("chatml", "<|im_end|>"), ("llama3", "<|eot_id|>"), ("raw", None)])
+def test_actor_stops_at_the_templates_end_of_turn_token(template, marker):
+    """As the local engines: EOS, pad and the template's end-of-turn token. tiny-llama ends documents
+    with <|eot_id|>; under chatml a turn ends at <|im_end|>, which must stop vLLM too."""
+    from oat_dppo.models import load_policy
+
+    llama, llama_tok = load_policy("tiny-llama", seed=0)
+    actor = make_actor(dppo_args(template=template), llama, llama_tok)
+    stops = actor.engine.stop_token_ids
+    assert llama_tok.eos_token_id in stops and llama_tok.pad_token_id in stops
+    if marker is not None:
+        assert llama_tok.convert_tokens_to_ids(marker) in stops
+    assert (llama_tok.convert_tokens_to_ids("<|im_end|>") in stops) == (template == "chatml")
+    assert actor.eval_engine.stop_token_ids == stops
+
+
 def test_actor_init_sets_max_logprobs_before_vllm_is_built(tok, model):
     args = dppo_args(trust_region="dppo_topk_kl", topk=32, vllm_max_logprobs=None)
     assert args.vllm_max_logprobs == 32

@@ -75,13 +75,29 @@ def save(target: Path, *, iteration: int, model, optimizer: torch.optim.Optimize
 def load(target: Path, *, model, optimizer: torch.optim.Optimizer) -> Restored:
     """Restore the newest usable checkpoint (`target`, else `target.prev`) into `model` and
     `optimizer` and the global RNGs. Raises `CheckpointError` naming what was wrong with each."""
+    return _newest(target, lambda p: _load_current(p, model, optimizer) if (p / STATE).is_file()
+                   else _load_legacy(p, model, optimizer))
+
+
+def trained_weights(target: Path) -> dict[str, torch.Tensor]:
+    """The trained parameters of the newest usable checkpoint in `target` (for export), read safely."""
+    def read(path: Path) -> dict[str, torch.Tensor]:
+        if (path / STATE).is_file():
+            _read_state(path)  # checks the format
+            return load_file(str(path / TRAINABLE))
+        return _read_legacy(path)["trainable"]
+
+    return _newest(target, read)
+
+
+def _newest(target: Path, read):
+    """`read(path)` of the first usable of `target` and `target.prev` (a crashed save leaves the
+    older one there); every failure is named in the `CheckpointError`."""
     errors = []
     for path in (target, target.with_name(target.name + ".prev")):
         try:
-            if (path / STATE).is_file():
-                return _load_current(path, model, optimizer)
-            if (path / LEGACY).is_file():
-                return _load_legacy(path, model, optimizer)
+            if (path / STATE).is_file() or (path / LEGACY).is_file():
+                return read(path)
             errors.append(f"{path}: no checkpoint")
         except CheckpointError as e:
             errors.append(str(e))
@@ -136,10 +152,15 @@ def _restore(model, optimizer, trainable: dict, optimizer_state: dict, path: Pat
     optimizer.load_state_dict(optimizer_state)
 
 
-def _load_current(path: Path, model, optimizer) -> Restored:
+def _read_state(path: Path) -> dict:
     state = json.loads((path / STATE).read_text())
     if state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: checkpoint format {state.get('format')!r}, this version reads {FORMAT}")
+    return state
+
+
+def _load_current(path: Path, model, optimizer) -> Restored:
+    state = _read_state(path)
     tensors = load_file(str(path / TENSORS))
     _restore(model, optimizer, load_file(str(path / TRAINABLE)), _join_optimizer(tensors, state["optimizer"]), path)
     torch.set_rng_state(tensors["rng/torch"])
@@ -154,6 +175,15 @@ def _load_current(path: Path, model, optimizer) -> Restored:
 
 
 def _load_legacy(path: Path, model, optimizer) -> Restored:
+    state = _read_legacy(path)
+    _restore(model, optimizer, state["trainable"], state["optimizer"], path)
+    torch.set_rng_state(state["rng"]["torch"])
+    random.setstate(state["rng"]["python"])
+    np.random.set_state(state["rng"]["numpy"])
+    return Restored(int(state["iteration"]), path)
+
+
+def _read_legacy(path: Path) -> dict:
     """oat_dppo 0.1's pickled state.pt, read without running code (tensors and numpy arrays only)."""
     safe_globals = getattr(torch.serialization, "safe_globals", None)
     if safe_globals is None:
@@ -165,10 +195,6 @@ def _load_legacy(path: Path, model, optimizer) -> Restored:
         with safe_globals(allowed):
             state = torch.load(path / LEGACY, map_location="cpu", weights_only=True)
     except Exception as e:  # pickle.UnpicklingError for anything beyond tensors and arrays
-        raise CheckpointError(f"{path / LEGACY}: refused: it is not a plain oat_dppo checkpoint (loading it would "
-                              f"run code it contains: {type(e).__name__})") from None
-    _restore(model, optimizer, state["trainable"], state["optimizer"], path)
-    torch.set_rng_state(state["rng"]["torch"])
-    random.setstate(state["rng"]["python"])
-    np.random.set_state(state["rng"]["numpy"])
-    return Restored(int(state["iteration"]), path)
+        raise CheckpointError(f"{path / LEGACY}: refused: it holds objects other than tensors and arrays, and "
+                              f"unpickling them could run code ({type(e).__name__})") from None
+    return state

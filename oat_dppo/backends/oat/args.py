@@ -59,6 +59,9 @@ LOCAL_ONLY: dict[str, tuple[bool, str]] = {
     "log_episodes": (False, "Oat logs no sample episodes"),
     "vllm_dtype": (False, "Oat's vLLM follows --bf16 / --fp16"),
     "vllm_enforce_eager": (False, "Oat's vLLM always captures CUDA graphs"),
+    "keep_checkpoint": (False, "Oat keeps its checkpoints by --save-steps / --max-save-num"),
+    "lr_schedule": (True, "on Oat use --lr-scheduler and --lr-warmup-ratio"),
+    "lr_warmup_iterations": (True, "on Oat use --lr-warmup-ratio"),
     "trainable_layers": (True, "on Oat use --lora-rank (or full fine-tuning)"),
     "resume": (True, "Oat resumes DeepSpeed checkpoints with --resume-dir DIR"),
     "engine": (True, "Oat's actors always sample with vLLM"),
@@ -76,6 +79,8 @@ OWN_DEFAULTS: dict[str, Any] = {
 #: Oat fields re-declared with the project's default: name -> (type or None to keep Oat's, default, help).
 OAT_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "pretrain": (None, "Qwen/Qwen3-1.7B-Base", "Policy: a Hugging Face id or local path (vLLM loads it too)."),
+    "learning_rate": (None, TrainConfig.learning_rate, "Learning rate, the same default as the local backend's "
+                      "(Oat's own default is 5e-7): one command line, one run."),
     "generate_max_length": (Optional[int], None, "Response token budget per turn (default: the environment's "
                             "preset, 4096 for GEM ids)."),
     "eval_generate_max_length": (Optional[int], None, "Token budget per evaluation turn (default: "

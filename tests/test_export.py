@@ -1,0 +1,48 @@
+"""`python -m oat_dppo.export RUN OUT`: the trained policy as a plain Hugging Face directory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from oat_dppo.backends.local.checkpoint import trained_weights
+from oat_dppo.backends.local.trainer import build_policy
+from oat_dppo.config import from_dict
+from oat_dppo.export import main as export_main
+from oat_dppo.main import main
+from oat_dppo.rundir import RunDir
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.mark.parametrize("extra", [[], ["--lora-rank", "4"]], ids=["full", "lora"])
+def test_export_loads_with_transformers_and_computes_the_trained_policy(tmp_path, extra):
+    run_dir, out = tmp_path / "run", tmp_path / "model"
+    assert main(["--env", "smoke:digits", "--model", "tiny-qwen3", "--iterations", "2", "--episodes-per-iteration", "4",
+                 "--learning-rate", "1e-2", "--eval-every", "0", "--threads", "1", "--no-progress", "--log", "none",
+                 "--run-dir", str(run_dir), *extra]) == 0
+    assert export_main([str(run_dir), str(out)]) == 0
+    exported = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert AutoTokenizer.from_pretrained(out)("12")["input_ids"]
+    # The trained policy, rebuilt from the run (LoRA adapters unmerged), computes the same logits.
+    cfg = from_dict(RunDir(run_dir, create=False).read_config())
+    trained, tok = build_policy(cfg, torch.device("cpu"))
+    trained.load_state_dict(trained_weights(run_dir / "checkpoint"), strict=False)
+    untrained, _ = build_policy(cfg, torch.device("cpu"))
+    ids = torch.tensor([tok("Reply with digits only.")["input_ids"]])
+    with torch.no_grad():
+        want, got, before = (m(input_ids=ids).logits for m in (trained.eval(), exported, untrained.eval()))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert (want - before).abs().max() > 1e-3  # training moved the policy: the check can fail
+
+
+def test_export_refuses_a_non_empty_target_and_a_run_without_checkpoint(tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x").write_text("x")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text('{"model": "tiny-qwen3"}')
+    assert export_main([str(tmp_path / "run"), str(tmp_path / "out")]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert export_main([str(tmp_path / "run"), str(tmp_path / "new")]) == 2
+    assert "no usable checkpoint" in capsys.readouterr().err
