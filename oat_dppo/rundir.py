@@ -55,6 +55,14 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def append_jsonl(path: Path, rows: Iterable[dict]) -> None:
+    """Append one JSON line per row (NaN/inf written as null)."""
+    with open(path, "a") as f:
+        for row in rows:
+            f.write(json.dumps(_clean(row)) + "\n")
+        f.flush()
+
+
 class RunDir:
     def __init__(self, path: str | os.PathLike, *, create: bool = True):
         self.path = Path(path).expanduser()
@@ -102,10 +110,7 @@ class RunDir:
             raise RunDirError(f"{self.config_path} is not valid JSON ({e})") from e
 
     def append_jsonl(self, path: Path, rows: Iterable[dict]) -> None:
-        with open(path, "a") as f:
-            for row in rows:
-                f.write(json.dumps(_clean(row)) + "\n")
-            f.flush()
+        append_jsonl(path, rows)
 
     def log_metrics(self, row: dict) -> None:
         self.append_jsonl(self.metrics_path, [row])

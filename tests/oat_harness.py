@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import socket
+import tempfile
 import time
 from collections import deque
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -309,6 +309,8 @@ def make_stock_learner(
     learner.query_step = 0
     learner.gradient_update_st = time.time()
     learner.gradient_update_elapse = float("nan")
+    learner.save_path = tempfile.mkdtemp(prefix="oat_harness_")  # LearnerBase._init: args.save_path/exp name
+    learner._wandb = None  # LearnerBase._init without --use-wb
 
     # The class's own _init chain (PPOLearner._init and any subclass's) runs for real.
     with mock.patch.object(RLLearner, "_init", _skip_rl_and_base_init):

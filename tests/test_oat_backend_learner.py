@@ -292,6 +292,24 @@ def test_learn_round_reports_trust_region_metrics_in_oats_train_info(tok):
     assert info["train/prob_diff_mean"] > 0
 
 
+def test_oat_runs_write_metrics_jsonl_like_the_local_backend(tok):
+    """Oat's eval_and_log calls `learner._wandb.log(row)` every step; one row per learning round lands
+    in SAVE_PATH/metrics.jsonl, Oat's actor/ metrics under the local backend's rollout/ names."""
+    import json
+    from pathlib import Path
+
+    from oat_dppo.backends.oat.learner import MetricsFile
+
+    learner = H.make_stock_learner(args=dppo_args(), learner_cls=DPPOLearner)
+    assert isinstance(learner._wandb, MetricsFile) and learner._wandb.inner is None
+    for step, reward in [(1, 0.5), (1, 0.5), (2, 0.75)]:  # Oat logs the same round twice: one row
+        learner._wandb.log({"train/loss": 1.0, "actor/reward_mean": reward, "misc/policy_sgd_step": step,
+                            "eval/reward_mean": float("nan")})
+    rows = [json.loads(line) for line in (Path(learner.save_path) / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["iteration"], r["rollout/reward_mean"]) for r in rows] == [(0, 0.5), (1, 0.75)]
+    assert rows[0]["eval/reward_mean"] is None and "actor/reward_mean" not in rows[0]
+
+
 def test_loss_masked_rows_train_nothing(tok):
     learner = H.make_stock_learner(args=dppo_args(trust_region="pg_is", learning_rate=1.0), learner_cls=DPPOLearner)
     tr = H.make_transitions(tok, 8, behavior=learner.model)

@@ -13,11 +13,10 @@ in the main thread; pass `use_mp=True` (one grader process per env) to step from
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from oat_dppo.envs.errors import DatasetUnavailableError
 

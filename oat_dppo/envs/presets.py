@@ -7,8 +7,15 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from oat_dppo_envs import DEFAULT_MAX_TURNS, EVAL_SEED_OFFSET, FIRST_CLASS, OWN_ENV_IDS, EnvPreset
-from oat_dppo_envs import games, reasoning_gym
+from oat_dppo_envs import (
+    DEFAULT_MAX_TURNS,
+    EVAL_SEED_OFFSET,
+    FIRST_CLASS,
+    OWN_ENV_IDS,
+    EnvPreset,
+    games,
+    reasoning_gym,
+)
 from oat_dppo_envs.math import LOCAL_MATH_ID, PROCEDURAL_MATH_ID
 from oat_dppo_envs.preset import BOXED_ASK, frozen
 
@@ -44,7 +51,9 @@ def get_preset(env_id: str) -> EnvPreset:
         return FIRST_CLASS[env_id]
     family = family_of(env_id)
     if family == "game":
-        from oat_dppo.envs._gem import gem_registry  # GEM takes about 1 s to import: only for games
+        from oat_dppo.envs._gem import (
+            gem_registry,  # GEM takes about 1 s to import: only for games
+        )
 
         spec = gem_registry().get(env_id)
         return games.family_preset(env_id, spec.kwargs.get("max_turns") if spec is not None else None)

@@ -14,6 +14,12 @@ import importlib
 import inspect
 from typing import Any, Callable
 
+from oat_dppo_envs.math import (
+    DEFAULT_PROCEDURAL_SIZE,
+    DEFAULT_PROCEDURAL_TASKS,
+    procedural_math_dataset,
+)
+
 from oat_dppo.envs import hub
 from oat_dppo.envs._gem import FixedPoolReasoningGym, gem_registry, import_gem
 from oat_dppo.envs.actions import ACTION_FORMATS
@@ -31,7 +37,6 @@ from oat_dppo.envs.presets import (
     takes_math_data,
 )
 from oat_dppo.envs.seeding import PrivateGlobalRNG
-from oat_dppo_envs.math import DEFAULT_PROCEDURAL_SIZE, DEFAULT_PROCEDURAL_TASKS, procedural_math_dataset
 
 _LIST_HINT = "Run `python -m oat_dppo.envs --list` to see every id"
 

@@ -20,7 +20,15 @@ import torch
 
 from oat_dppo.agent.types import Turn
 from oat_dppo.learner.batch import collate
-from oat_dppo.learner.loop import MuSource, chunks, needs_pi_old, plan_steps, recompute_old_logp, run_update, use_mu_source
+from oat_dppo.learner.loop import (
+    MuSource,
+    chunks,
+    needs_pi_old,
+    plan_steps,
+    recompute_old_logp,
+    run_update,
+    use_mu_source,
+)
 from oat_dppo.trust_region import requirements
 
 

@@ -9,7 +9,6 @@ and learner loop run inside the Oat backend.
 from __future__ import annotations
 
 import math
-import os
 import random
 import shutil
 import signal
@@ -18,16 +17,39 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
+from tqdm import tqdm
 
-from oat_dppo.agent import Episode, PromptFormat, assign_advantages, episode_metrics, play_episodes
-from oat_dppo.components import build_envs, build_trust_region, effective_trust_region_options, provenance, resolve_template
-from oat_dppo.config import ConfigError, TrainConfig, to_dict
+from oat_dppo.agent import (
+    Episode,
+    PromptFormat,
+    assign_advantages,
+    episode_metrics,
+    play_episodes,
+)
 from oat_dppo.backends.local import checkpoint
+from oat_dppo.components import (
+    build_envs,
+    build_trust_region,
+    effective_trust_region_options,
+    provenance,
+    resolve_template,
+)
+from oat_dppo.config import ConfigError, TrainConfig, to_dict
+from oat_dppo.engine import vllm as vllm_engine
+from oat_dppo.engine.base import pad_token_id, stop_token_ids
+from oat_dppo.engine.hf import HFEngine
+from oat_dppo.learner import Learner, LearnerConfig
+from oat_dppo.learner.schedule import lr_factor
+from oat_dppo.models import (
+    apply_lora,
+    enable_gradient_checkpointing,
+    engine_model_source,
+    load_policy,
+    policy_weights,
+)
 from oat_dppo.rundir import RunDir, RunDirError
 from oat_dppo.seeds import derive_seed, episode_seeds, eval_seeds
-from oat_dppo.learner.schedule import lr_factor
 from oat_dppo.trust_region import requirements
 
 # A response budget that keeps CPU iterations short; presets carry GEM's GPU-sized 4096.
@@ -46,8 +68,6 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_policy(cfg: TrainConfig, device: torch.device):
-    from oat_dppo.models import apply_lora, enable_gradient_checkpointing, load_policy
-
     dtype = getattr(torch, cfg.dtype)
     model, tokenizer = load_policy(cfg.model, dtype=dtype, seed=cfg.seed)
     model.to(device)
@@ -83,11 +103,9 @@ def freeze_all_but_top_layers(model, n: int) -> None:
 
 def resolve_engine(cfg: TrainConfig) -> str:
     """The rollout engine `cfg.engine` means here: "hf" or "vllm" (auto: vllm when it can run)."""
-    from oat_dppo.engine.vllm import vllm_unavailable
-
     if cfg.engine == "hf":
         return "hf"
-    why = vllm_unavailable()
+    why = vllm_engine.vllm_unavailable()
     if cfg.engine == "vllm" and why:
         raise ConfigError(f"--engine vllm needs {why}; --engine hf samples with the learner's own model "
                           f"(no training-inference mismatch). The GPU install guide is docs/gpu.md.")
@@ -97,20 +115,13 @@ def resolve_engine(cfg: TrainConfig) -> str:
 def build_engine(cfg: TrainConfig, model, tokenizer, prompt: PromptFormat, *, topk: int, scratch: Path):
     """(engine, weight_sync): the rollout engine `cfg.engine` names ("hf" or "vllm", resolved), and
     what must receive the learner's weights after every update (None: the engine shares them)."""
-    from oat_dppo.engine.base import stop_token_ids
-
     # The same stop tokens for every engine: EOS, pad and the template's end-of-turn token.
     stops = stop_token_ids(tokenizer, getattr(model, "generation_config", None), prompt.stop_token_ids())
     if cfg.engine == "hf":
-        from oat_dppo.engine.hf import HFEngine
-
         return HFEngine(model, tokenizer, stop_token_ids=stops), None
-    from oat_dppo.engine.vllm import ColocatedVLLM, VLLMSettings
-    from oat_dppo.models import engine_model_source
-
-    settings = VLLMSettings(gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, dtype=cfg.vllm_dtype,
+    settings = vllm_engine.VLLMSettings(gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, dtype=cfg.vllm_dtype,
                             enforce_eager=cfg.vllm_enforce_eager, max_logprobs=max(20, topk), seed=cfg.seed)
-    engine = ColocatedVLLM.launch(engine_model_source(cfg.model, model, tokenizer, scratch), settings,
+    engine = vllm_engine.ColocatedVLLM.launch(engine_model_source(cfg.model, model, tokenizer, scratch), settings,
                                   stop_token_ids=stops)
     return engine, engine
 
@@ -133,9 +144,6 @@ class LocalTrainer:
     """
 
     def __init__(self, cfg: TrainConfig, run_dir: RunDir | str | Path, *, resume: bool = False, out=sys.stderr):
-        from oat_dppo.engine.base import pad_token_id
-        from oat_dppo.learner import Learner, LearnerConfig
-
         self.cfg = cfg
         self.run_dir_path = run_dir.path if isinstance(run_dir, RunDir) else Path(run_dir)
         self.run_dir = run_dir if isinstance(run_dir, RunDir) else None  # created by run()
@@ -204,8 +212,6 @@ class LocalTrainer:
         cache; `full`: every weight, else only those an update changes. Seconds (0: shared weights)."""
         if self.weight_sync is None:
             return 0.0
-        from oat_dppo.models import policy_weights
-
         return self.weight_sync.sync_weights(policy_weights(self.model, trainable_only=not full))
 
     # -- checkpoints -------------------------------------------------------------------------------
@@ -228,12 +234,14 @@ class LocalTrainer:
     # -- logging -----------------------------------------------------------------------------------
     def _make_writer(self):
         if self.cfg.log == "tensorboard":
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import (
+                SummaryWriter,  # tensorflow-sized import: only when used
+            )
 
             return SummaryWriter(str(self.run_dir.events_path))
         if self.cfg.log == "wandb":
             try:
-                import wandb
+                import wandb  # optional: only with --log wandb
             except ImportError:
                 raise ConfigError("--log wandb needs the wandb package: pip install wandb") from None
             run = wandb.init(project=self.cfg.wandb_project, config=to_dict(self.cfg), dir=str(self.run_dir.path),
@@ -407,8 +415,6 @@ class LocalTrainer:
     def _progress_bar(self):
         if not self.cfg.progress:
             return None
-        from tqdm import tqdm
-
         return tqdm(total=self.cfg.iterations, initial=self.start_iteration, desc="iterations", unit="it",
                     file=self.out, dynamic_ncols=True)
 

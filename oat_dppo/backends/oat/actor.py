@@ -22,18 +22,24 @@ import math
 import os
 import random
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 from oat.algorithms.ppo import PPOActor
 
-from oat_dppo.agent import EVAL_KEYS, PromptFormat, assign_advantages, episode_metrics, play_episodes
-from oat_dppo.components import build_envs, build_trust_region, resolve_template
-from oat_dppo.seeds import derive_seed
-from oat_dppo.trust_region import requirements
+from oat_dppo.agent import (
+    EVAL_KEYS,
+    PromptFormat,
+    assign_advantages,
+    episode_metrics,
+    play_episodes,
+)
 from oat_dppo.backends.oat.args import to_train_config
 from oat_dppo.backends.oat.data import DPPOTransitionData, transition_from_turn
+from oat_dppo.components import build_envs, build_trust_region, resolve_template
 from oat_dppo.engine.base import stop_token_ids
 from oat_dppo.engine.vllm import VLLMEngine, max_model_len
+from oat_dppo.seeds import derive_seed
+from oat_dppo.trust_region import requirements
 
 # Rounds of episodes one step may play before it gives up (every episode failing is a broken env).
 MAX_ROUNDS = 8

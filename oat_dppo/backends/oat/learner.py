@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -36,7 +37,15 @@ from oat_dppo.backends.oat.args import aggregation_of, to_train_config
 from oat_dppo.backends.oat.data import DPPOTransitionDataset, to_token_batch
 from oat_dppo.components import build_trust_region
 from oat_dppo.engine.base import pad_token_id
-from oat_dppo.learner import chunks, needs_pi_old, plan_steps, recompute_old_logp, run_update, use_mu_source
+from oat_dppo.learner import (
+    chunks,
+    needs_pi_old,
+    plan_steps,
+    recompute_old_logp,
+    run_update,
+    use_mu_source,
+)
+from oat_dppo.rundir import append_jsonl
 from oat_dppo.seeds import eval_seeds
 from oat_dppo.trust_region import requirements
 
@@ -97,9 +106,42 @@ class _DeepSpeedHooks:
         return norm
 
 
+class MetricsFile:
+    """Stands in front of Oat's wandb logger (`learner._wandb`, which Oat's `eval_and_log` calls with
+    every log row) and appends one row per learning round to SAVE_PATH/metrics.jsonl, the file the
+    local backend writes: `python -m oat_dppo.plot` and the study reports read Oat runs too. Oat's
+    `actor/...` rollout metrics are written as `rollout/...`, the local backend's name."""
+
+    def __init__(self, path: Path, inner=None):
+        self.path, self.inner = path, inner
+        self.last_step = None
+
+    def log(self, row: dict, *args, **kwargs) -> None:
+        step = row.get("misc/policy_sgd_step")
+        if step != self.last_step:  # Oat logs every step; a learning round once
+            self.last_step = step
+            out = {"iteration": _count_rows(self.path)}
+            for k, v in row.items():
+                key = "rollout/" + k[len("actor/"):] if k.startswith("actor/") else k
+                out[key] = float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v
+            append_jsonl(self.path, [out])
+        if self.inner is not None:
+            self.inner.log(row, *args, **kwargs)
+
+    def finish(self) -> None:
+        if self.inner is not None:
+            self.inner.finish()
+
+
+def _count_rows(path: Path) -> int:
+    return sum(1 for _ in path.open()) if path.exists() else 0
+
+
 class DPPOLearner(PPOLearner):
     def _init(self, args, actors) -> None:
         super()._init(args, actors)  # Oat's engines, optimizer, collector, wandb; then PPOLearner's
+        if self.strategy.is_rank_0():
+            self._wandb = MetricsFile(Path(self.save_path) / "metrics.jsonl", self._wandb)
         self.dataset_builder = DPPOTransitionDataset
         self.trust_region = build_trust_region(to_train_config(args))
         self.topk = requirements(self.trust_region).topk
