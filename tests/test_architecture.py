@@ -1,0 +1,60 @@
+"""The layout's promises (docs/architecture.md), checked on the source: the backends never import
+each other, the trust region is pure torch, the environment definitions import nothing of the
+package, and the Oat adapter reads no source code."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "oat_dppo"
+
+
+def imported_modules(folder: Path) -> dict[str, set[str]]:
+    """file -> every module it imports (absolute names; relative ones resolved against the file)."""
+    out = {}
+    for path in folder.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: the package of this file, `level` steps up
+                    base = path.relative_to(REPO).with_suffix("").parts[: -node.level]
+                    names.add(".".join(base + ((node.module,) if node.module else ())))
+                else:
+                    names.add(node.module)
+        out[str(path.relative_to(REPO))] = names
+    return out
+
+
+@pytest.mark.parametrize("folder, forbidden", [
+    (PACKAGE / "backends" / "local", "oat_dppo.backends.oat"),
+    (PACKAGE / "backends" / "oat", "oat_dppo.backends.local"),
+])
+def test_the_backends_never_import_each_other(folder, forbidden):
+    for file, names in imported_modules(folder).items():
+        assert not [n for n in names if n == forbidden or n.startswith(forbidden + ".")], file
+
+
+def test_the_trust_region_is_pure_torch():
+    for file, names in imported_modules(PACKAGE / "trust_region").items():
+        roots = {n.split(".")[0] for n in names}
+        assert not roots & {"oat", "vllm", "gem", "transformers", "oat_dppo_envs"}, file
+        assert not [n for n in names if n.startswith("oat_dppo.") and not n.startswith("oat_dppo.trust_region")], file
+
+
+def test_the_environment_definitions_import_nothing_of_the_package():
+    for file, names in imported_modules(REPO / "envs").items():
+        assert not [n for n in names if n.split(".")[0] in ("oat_dppo", "gem")], file
+
+
+def test_the_oat_adapter_reads_no_source_code():
+    for path in (PACKAGE / "backends" / "oat").rglob("*.py"):
+        text = path.read_text()
+        assert "ast.parse" not in text and not re.search(r"(?<![\w.])eval\(", text), path
