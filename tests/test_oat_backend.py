@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
 import pickle
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import oat_fakes
+from helpers.child import child_env
 
 oat_fakes.install()
 if importlib.util.find_spec("oat") is None:
@@ -175,10 +175,8 @@ def test_each_violation_is_one_clear_message(argv, needle):
 
 
 def run_cli(*argv: str, module: str = "oat_dppo.main", timeout: float = 120, **env) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no tests/ on the path: no fakes
-    environ.update(HF_HUB_OFFLINE="1", **env)
     return subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, env=environ)
+                          cwd=REPO, env=child_env(with_tests=False, **env))  # no tests/ on the path: no fakes
 
 
 def test_backend_oat_help_lists_oat_and_local_options_without_vllm():
@@ -266,8 +264,7 @@ def test_every_script_is_covered():
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_experiment_script_dry_run(script):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHON=sys.executable, HF_HUB_OFFLINE="1")
+    env = child_env(with_tests=False, PYTHON=sys.executable)
     p = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True, timeout=180, cwd=REPO, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     configs = parse_dry_run(p.stdout)
@@ -289,8 +286,7 @@ def test_experiment_script_dry_run(script):
 
 
 def test_script_arm_selection_and_unknown_arm():
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHON=sys.executable)
+    env = child_env(with_tests=False, PYTHON=sys.executable)
     script = str(REPO / "experiments" / "paper_g3" / "arc1d.sh")
     p = subprocess.run(["bash", script, "--dry-run", "--arm", "dppo_binary_tv", "--seed", "3"], capture_output=True,
                        text=True, timeout=120, cwd=REPO, env=env)
