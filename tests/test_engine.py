@@ -171,20 +171,26 @@ def test_topk_equal_to_vocab_never_needs_the_extra_slot(qwen):
         np.testing.assert_allclose(np.exp(g.topk_logprobs[:, :V]).sum(1), 1.0, atol=1e-5)
 
 
+def _set_sampling_defaults(gc):
+    """What a checkpoint's generation_config may carry; each would change the sampled distribution."""
+    gc.do_sample, gc.temperature, gc.top_k, gc.top_p = True, 0.3, 2, 0.5
+    gc.repetition_penalty, gc.no_repeat_ngram_size, gc.min_new_tokens = 1.5, 2, 16
+
+
 def test_model_generation_config_cannot_change_mu(sharp):
     """Checkpoints ship sampling defaults (SmolLM2: temperature 0.2, top_p 0.9). They must not leak
     into sampling, or the recorded mu would not be the distribution sampled from."""
     model, tok = sharp
     saved = copy.deepcopy(model.generation_config)
     try:
-        gc = model.generation_config
-        gc.do_sample, gc.temperature, gc.top_k, gc.top_p = True, 0.3, 2, 0.5
-        gc.repetition_penalty, gc.no_repeat_ngram_size, gc.min_new_tokens = 1.5, 2, 16
+        _set_sampling_defaults(model.generation_config)
+        own = model.generation_config
         prompts = _prompts([2, 7, 13, 4], seed=9)
         gens = HFEngine(model, tok).generate(prompts, max_new_tokens=16, topk=2, seed=9)
         check_against_teacher_forcing(model, tok, prompts, gens, topk=2)
         # top_k=2 would have kept every sampled token inside the top-2
         assert any((g.topk_ids[:, 2] >= 0).any() for g in gens)
+        assert model.generation_config is own and own.min_new_tokens == 16  # the model's own config is back
     finally:
         model.generation_config = saved
 
@@ -237,6 +243,18 @@ def test_pad_token_also_stops(qwen):
     with logit_bias(model, pad, 60.0):
         gens = HFEngine(model, tok).generate(_prompts([5, 2]), max_new_tokens=6, seed=0)
     assert all(g.response_ids == [pad] and g.finish_reason == "stop" for g in gens)
+
+
+def test_no_stop_tokens_runs_every_row_to_its_budget(qwen):
+    """stop_token_ids=[]: the model's own eos must not end a row either (transformers 4.51 copied it
+    from the model's generation_config into an unset eos_token_id)."""
+    model, tok = qwen
+    prompts = _prompts([3, 5])
+    with logit_bias(model, tok.eos_token_id, 8.0):
+        gens = HFEngine(model, tok, stop_token_ids=[]).generate(prompts, max_new_tokens=6, seed=0)
+        check_against_teacher_forcing(model, tok, prompts, gens, topk=0)
+    assert all(len(g.response_ids) == 6 and g.finish_reason == "length" for g in gens)
+    assert any(tok.eos_token_id in g.response_ids[:-1] for g in gens)  # eos was sampled and did not stop
 
 
 def test_llama_stops_on_eot(llama):
@@ -344,6 +362,7 @@ def test_lora_wrapped_policy():
         for n, p in peft_model.named_parameters():
             if "lora_B" in n:
                 p.normal_(0, 0.5)
+    _set_sampling_defaults(model.generation_config)  # the wrapped model's defaults must not leak either
     prompts = _prompts([4, 9, 2])
     gens = HFEngine(peft_model, tok).generate(prompts, max_new_tokens=8, topk=3, seed=0)
     check_against_teacher_forcing(peft_model, tok, prompts, gens, topk=3)

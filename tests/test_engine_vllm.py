@@ -25,7 +25,7 @@ oat_fakes.install()
 
 import vllm  # noqa: E402  (the fake where vLLM is missing)
 from helpers.fake_vllm import StandInLLM  # noqa: E402
-from subprocess_env import child_env  # noqa: E402
+from helpers.child import child_env  # noqa: E402
 
 import oat_dppo.engine.vllm as V  # noqa: E402
 from oat_dppo.agent import PromptFormat  # noqa: E402

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import re
 import subprocess
@@ -33,6 +32,7 @@ from oat_dppo.envs import (
     stop_strings,
 )
 from oat_dppo.envs import hub
+from helpers.child import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 BOARD_HEADER = "Here is the current board layout:"
@@ -382,8 +382,7 @@ def test_hub_math_id_offline_fails_at_once_with_a_clear_message():
         "try:\n    make_env('math:Math12K', seed=0)\n"
         "except DatasetUnavailableError as e:\n    print(len(attempts)); print(e)\n"
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "tests")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
                          timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr
     attempts, message = out.stdout.split("\n", 1)
@@ -521,7 +520,7 @@ def test_known_ids_and_presets():
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "oat_dppo.envs", *args], capture_output=True,
-                          text=True, timeout=60, cwd=REPO)
+                          text=True, timeout=60, cwd=REPO, env=child_env())
 
 
 def test_cli_list():
@@ -541,7 +540,7 @@ def test_cli_help_imports_nothing_heavy():
     probe = ("import sys, oat_dppo.envs; "
              "print(sorted(m for m in ('torch', 'transformers', 'gem', 'datasets') if m in sys.modules))")
     imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                              timeout=60, cwd=REPO)
+                              timeout=60, cwd=REPO, env=child_env())
     assert imported.stdout.strip() == "[]", imported.stderr
     show = run_cli("--show", "rg:acre")
     assert show.returncode == 0 and "'size': 2000" in show.stdout

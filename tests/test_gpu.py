@@ -86,7 +86,7 @@ def test_sync_and_reset_bring_a_perturbed_learner_back(engine, learner):
 
 
 def test_main_trains_with_engine_vllm(tmp_path):
-    from subprocess_env import child_env
+    from helpers.child import child_env
 
     run_dir = tmp_path / "run"
     proc = subprocess.run(

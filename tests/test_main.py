@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from subprocess_env import child_env
 
 from oat_dppo.main import main
+from helpers.child import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--model", "tiny-qwen3", "--max-new-tokens", "8", "--threads", "1", "--no-progress", "--log", "none"]
@@ -171,9 +171,8 @@ def test_env_errors_lose_only_their_episodes(tmp_path):
 
 # ---- bad input, in a subprocess: exit status and message ----------------------------------------
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = child_env(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO / "tests"))
     return subprocess.run([sys.executable, "-m", "oat_dppo.main", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env=env)
+                          timeout=timeout, cwd=REPO, env=child_env())
 
 
 @pytest.mark.parametrize(
@@ -252,11 +251,10 @@ def test_existing_run_dir_is_not_overwritten(tmp_path):
 
 def test_sigint_saves_and_the_run_resumes(tmp_path):
     run_dir = tmp_path / "r"
-    env = child_env(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO / "tests"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "oat_dppo.main", *TINY, "--run-dir", str(run_dir), "--env", "rg:arc_1d",
          "--iterations", "50", "--episodes-per-iteration", "2", "--eval-every", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=child_env())
     metrics_file = run_dir / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics_file.exists() and metrics_file.read_text().count("\n") >= 1):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-import os
+import json
 import subprocess
 import sys
 import threading
@@ -28,6 +28,7 @@ from oat_dppo.models import (
     model_family,
     qwen_tokenizer,
 )
+from helpers.child import child_env
 
 SPECIALS = {
     "tiny-qwen3": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"],
@@ -106,7 +107,8 @@ def test_tiny_chat_templates():
     assert text == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
     )
-    ids = q.apply_chat_template(MSGS, add_generation_prompt=True)
+    # return_dict=False: 4.x's default; 5.x returns a BatchEncoding unless told otherwise
+    ids = q.apply_chat_template(MSGS, add_generation_prompt=True, return_dict=False)
     assert ids.count(q.convert_tokens_to_ids("<|im_start|>")) == 3
     assert q.decode(ids) == text
 
@@ -117,7 +119,7 @@ def test_tiny_chat_templates():
         "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+3?<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n\n"
     )
-    ids = ll.apply_chat_template(MSGS, add_generation_prompt=True)
+    ids = ll.apply_chat_template(MSGS, add_generation_prompt=True, return_dict=False)
     assert ids[0] == ll.bos_token_id and ids.count(ll.bos_token_id) == 1
 
 
@@ -126,6 +128,26 @@ def test_tiny_tokenizer_pads_left():
     batch = tok(["a", "abc"], padding=True)
     assert batch.input_ids[0][:2] == [tok.pad_token_id] * 2
     assert batch.attention_mask[0] == [0, 0, 1]
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
+def test_saved_tokenizer_loads_back_on_any_transformers(tmp_path, name):
+    """The SmolLM2 cache is written by whichever transformers runs first and read by the others."""
+    tok = load_tokenizer(name)
+    models._save_tokenizer(tok, tmp_path)
+    cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    # what transformers 4.x needs (5.x writes `TokenizersBackend` and a list of extra specials)
+    assert cfg["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert isinstance(cfg.get("extra_special_tokens", {}), dict)
+    back = load_tokenizer(str(tmp_path))
+    text = back.apply_chat_template(MSGS, tokenize=False, add_generation_prompt=True)
+    assert text == tok.apply_chat_template(MSGS, tokenize=False, add_generation_prompt=True)
+    assert back(text).input_ids == tok(text).input_ids
+    assert sorted(back.all_special_tokens) == sorted(tok.all_special_tokens)
+    assert (back.bos_token, back.eos_token, back.pad_token) == (tok.bos_token, tok.eos_token, tok.pad_token)
+    assert back.decode(back(text).input_ids, skip_special_tokens=True) == tok.decode(
+        tok(text).input_ids, skip_special_tokens=True
+    )
 
 
 @settings(max_examples=50, deadline=None)
@@ -389,7 +411,9 @@ def test_qwen_tokenizer_matches_tiktoken(qwen_tok, text):
 def test_qwen_tokenizer_known_ids(qwen_tok):
     # pinned values of the real Qwen2/2.5/3 tokenizer
     assert qwen_tok.encode("Hello!", add_special_tokens=False) == [9707, 0]
-    chat = qwen_tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    chat = qwen_tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, return_dict=False
+    )
     assert chat[0] == 151644 and chat.count(151645) == 1
 
 
@@ -471,7 +495,7 @@ def test_smollm2_end_to_end(tmp_path):
     """Two processes materialize into a fresh cache at once (one conversion, one message), then the
     model loads without converting again, renders ChatML, and its sampled log-probs match teacher
     forcing."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OAT_DPPO_CACHE=str(tmp_path))
+    env = child_env(OAT_DPPO_CACHE=str(tmp_path))
     code = "from oat_dppo.models import smollm2_dir; print(smollm2_dir())"
     procs = [
         subprocess.Popen(

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 import oat_fakes
+from helpers.child import child_env
 
 oat_fakes.install()
 if importlib.util.find_spec("oat") is None:
     pytest.skip("oat-llm is not installed; `make setup-oat` (docs/dev_oat_cpu.md)", allow_module_level=True)
 
 import oat_harness as H  # noqa: E402,F401  (imports Oat with the fakes, so PPOArgs is the real class)
-from subprocess_env import child_env  # noqa: E402
 from oat.algorithms.ppo import PPOArgs  # noqa: E402
 
 from oat_dppo.backends.oat import args as A  # noqa: E402
@@ -192,10 +192,8 @@ def test_each_violation_is_one_clear_message(argv, needle):
 
 
 def run_cli(*argv: str, module: str = "oat_dppo.main", timeout: float = 120, **env) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no tests/ on the path: no fakes
-    environ.update(HF_HUB_OFFLINE="1", **env)
     return subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, env=environ)
+                          cwd=REPO, env=child_env(with_tests=False, **env))  # no tests/ on the path: no fakes
 
 
 def test_backend_oat_help_lists_oat_and_local_options_without_vllm():
@@ -286,7 +284,9 @@ def test_every_script_is_covered():
 def dry_run_env() -> dict[str, str]:
     """A dry run resolves each arm with Oat's real PPOArgs, which imports vLLM: the child gets the
     import-boundary fake of vLLM (tests/oat_fakes), as the tests here do."""
-    return child_env(PYTHONPATH=oat_fakes.FAKES_DIR, PYTHON=sys.executable, HF_HUB_OFFLINE="1")
+    env = child_env(with_tests=False, PYTHON=sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env["PYTHONPATH"], oat_fakes.FAKES_DIR) if p)  # real ones win
+    return env
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from oat_dppo.plot import (
     Series,
     trailing_mean,
 )
+from helpers.child import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -366,9 +366,8 @@ def test_main_bad_path_among_good_ones_lists_both(runs_root: Path, tmp_path: Pat
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run([sys.executable, "-m", "oat_dppo.plot", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=60)
+                          cwd=ROOT, env=child_env(), timeout=60)
 
 
 def test_cli_nonexistent_path_exit_2():
@@ -384,5 +383,6 @@ def test_cli_help_and_import_is_light():
     for flag in ("--out", "--x", "--metrics", "--group-by", "--band", "--smooth", "--ignore-keys", "--title"):
         assert flag in p.stdout
     code = "import sys, oat_dppo.plot; print('torch' in sys.modules, 'matplotlib' in sys.modules)"
-    q = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    q = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                       env=child_env())
     assert q.stdout.split() == ["False", "False"], q

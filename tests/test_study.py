@@ -23,9 +23,10 @@ from oat_dppo.config import TrainConfig, to_dict
 from oat_dppo.study import StudyError, load_study
 from oat_dppo.study.cli import main
 from oat_dppo.study.runner import conflicts, has_checkpoint, log_path, main_command, run_state
+from helpers.child import child_env
 
 REPO = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
+ENV = child_env(TOKENIZERS_PARALLELISM="false")
 
 
 def write(tmp_path: Path, text: str, name: str = "study.toml") -> Path:

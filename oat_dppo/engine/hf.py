@@ -5,15 +5,15 @@ mu is the distribution tokens are actually sampled from. We make that the model'
 and record it with a logits processor that is the only one HF runs. In transformers 4.51 custom
 processors are merged *before* the sampling warpers (temperature, top-k, top-p, min-p, typical,
 epsilon, eta), so a recorder only sees the sampled distribution when no warper is built at all;
-`_sampling_config` guarantees that, and `use_model_defaults=False` stops generate() from copying
-the checkpoint's own sampling defaults back in (it does so for any field left at its global default,
-e.g. temperature=1.0 or top_p=1.0 on SmolLM2's hub config).
+`_sampling_config` guarantees that. generate() also fills fields of the config we pass from the
+checkpoint's own generation_config (4.51: fields left at their global default, e.g. temperature=1.0
+on SmolLM2's hub config; 5.x: every field left None, e.g. min_new_tokens, with no opt-out), so
+`_blank_model_defaults` hides the checkpoint's config for the duration of the call.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
+import contextlib
 from typing import Sequence
 
 import numpy as np
@@ -86,11 +86,18 @@ class _RowBudget(StoppingCriteria):
         return (input_ids.shape[1] - self.prompt_len) >= self.budgets  # [B]
 
 
-@functools.lru_cache(maxsize=None)
-def _generate_accepts_use_model_defaults() -> bool:
-    from transformers.generation.utils import GenerationMixin
-
-    return "use_model_defaults" in inspect.signature(GenerationMixin.generate).parameters
+@contextlib.contextmanager
+def _blank_model_defaults(model):
+    """Swap every generation_config under `model` (a peft wrapper holds the HF model inside) for a
+    blank one, so generate() has no checkpoint defaults to merge into `_sampling_config`."""
+    saved = [(m, m.generation_config) for m in model.modules() if isinstance(vars(m).get("generation_config"), GenerationConfig)]
+    try:
+        for m, _ in saved:
+            m.generation_config = GenerationConfig()
+        yield
+    finally:
+        for m, gc in saved:
+            m.generation_config = gc
 
 
 def _sampling_config(max_new_tokens: int, stop_ids: list[int], pad_id: int) -> GenerationConfig:
@@ -195,21 +202,17 @@ class HFEngine:
         stopping = StoppingCriteriaList()
         if min(budgets) < steps:
             stopping.append(_RowBudget(P, torch.as_tensor(budgets, device=device)))
-        kwargs = {}
-        if _generate_accepts_use_model_defaults():
-            kwargs["use_model_defaults"] = False
 
         was_training = model.training
         model.eval()  # sample from the deterministic network (no dropout), with the KV cache
         try:
-            with _rng(seed, device):
+            with _rng(seed, device), _blank_model_defaults(model):
                 out = model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
                     generation_config=_sampling_config(steps, self.stop_ids, self.pad_id),
                     logits_processor=LogitsProcessorList([recorder]),
                     stopping_criteria=stopping,
-                    **kwargs,
                 )
         finally:
             model.train(was_training)
