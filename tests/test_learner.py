@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import copy
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from helpers.sharp_tails import issue_11_case
 
 from oat_dppo.agent import Turn
 from oat_dppo.engine.hf import HFEngine
-from oat_dppo.learner import Learner, LearnerConfig, collate, policy_logprobs
+from oat_dppo.learner import Learner, LearnerConfig, TokenBatch, collate, policy_logprobs, trust_region_loss
 from oat_dppo.models import load_policy
 from oat_dppo.trust_region import make_trust_region
 
@@ -66,6 +68,13 @@ def test_policy_logprobs_equal_mu_and_the_full_forward(policy):
     ref = full[b, t - 1].gather(-1, batch.input_ids[b, t][:, None])[:, 0]
     assert torch.allclose(out.logp[b, t], ref, atol=1e-5)
     assert (out.entropy[m] > 0).all()
+    # pi's mass outside the valid slots: log-sum-exp over the other ids (unused slots hold id 0, which
+    # may also be a valid slot or a token outside the set).
+    outside = torch.ones_like(full[b, t - 1], dtype=torch.bool)  # [N, V]
+    for n, (ids, ok) in enumerate(zip(batch.topk_ids[b, t], batch.topk_valid[b, t])):
+        outside[n, ids[ok]] = False
+    assert torch.allclose(out.topk_other_logp[b, t], full[b, t - 1].masked_fill(~outside, -torch.inf).logsumexp(-1),
+                          atol=1e-5)
 
 
 def _grads_after_one_step(policy, turns, micro: int, chunk: int = 0, strategy: str = "dppo_binary_tv",
@@ -108,7 +117,8 @@ def test_chunked_head_gives_the_same_logprobs_and_gradients(policy, chunk, froze
     assert batch.num_tokens > 16  # every chunk size above splits the batch
     whole = policy_logprobs(model, batch, with_topk=True)
     split = policy_logprobs(model, batch, with_topk=True, chunk_tokens=chunk)
-    for a, b in [(whole.logp, split.logp), (whole.topk_logp, split.topk_logp), (whole.entropy, split.entropy)]:
+    for a, b in [(whole.logp, split.logp), (whole.topk_logp, split.topk_logp), (whole.entropy, split.entropy),
+                 (whole.topk_other_logp, split.topk_other_logp)]:
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     one = _grads_after_one_step(policy, turns, micro=2, strategy="dppo_topk_kl", topk=3, frozen_head=frozen_head)
     chunked = _grads_after_one_step(policy, turns, micro=2, chunk=chunk, strategy="dppo_topk_kl", topk=3,
@@ -117,6 +127,45 @@ def test_chunked_head_gives_the_same_logprobs_and_gradients(policy, chunk, froze
     assert ("model.embed_tokens.weight" in one) != frozen_head
     for k in one:
         torch.testing.assert_close(one[k], chunked[k], rtol=1e-5, atol=1e-6)  # float32 summation order
+
+
+class FixedLogits(torch.nn.Module):
+    """A model whose next-token logits are `logits` [V] at every position (no decoder / head split)."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.logits = torch.nn.Parameter(logits.clone())
+
+    def get_output_embeddings(self):
+        return None
+
+    def forward(self, input_ids, attention_mask=None, use_cache=False):
+        return SimpleNamespace(logits=self.logits.expand(*input_ids.shape, -1))
+
+
+@pytest.mark.parametrize("pi_tail", [1e-9, 1e-7, 1e-6])
+def test_topk_kl_of_a_sharp_pi_is_exact_through_the_learner(pi_tail):
+    """Issue 11 through the learner: mu keeps 1e-3 outside its top-20, the learner's float32 pi keeps
+    1e-9..1e-6 there. The project reported 0.0611 (pi's "other" read as 0, floored at 1e-30) and
+    dppo_topk_kl at delta 0.05 masked the sampled token (mu(a) = 0.05, pi(a) = 0.05005, A > 0); the
+    exact top-K KL is 0.013 / 0.008 / 0.006. The learner now passes pi's other mass from its full row."""
+    case = issue_11_case(pi_tail)
+    K = case.ids.numel()
+    slots = torch.zeros(1, 2, K + 1, dtype=torch.long)  # position 1 is the response token; slot K unused (id 0)
+    slots[0, 1, :K] = case.ids
+    topk_mu = torch.full((1, 2, K + 1), -torch.inf)
+    topk_mu[0, 1, :K] = case.lmu[case.ids].float()
+    valid = torch.zeros(1, 2, K + 1, dtype=torch.bool)
+    valid[0, 1, :K] = True
+    batch = TokenBatch(input_ids=torch.tensor([[7, case.a]]), attention_mask=torch.ones(1, 2, dtype=torch.bool),
+                       response_mask=torch.tensor([[False, True]]),
+                       behavior_logp=torch.tensor([[0.0, float(case.lmu[case.a])]]), advantages=torch.tensor([[1.0]]),
+                       topk_ids=slots, topk_behavior_logp=topk_mu, topk_valid=valid)
+    loss, metrics = trust_region_loss(FixedLogits(case.logits), batch, make_trust_region("dppo_topk_kl"))  # delta 0.05
+    assert metrics["ratio_mean"] == pytest.approx(1.001, rel=1e-5)  # r > 1 and A > 0: D > delta would mask
+    assert metrics["divergence_mean"] == pytest.approx(case.exact, abs=1e-5)
+    assert metrics["kept_frac"] == 1.0
+    loss.backward()
 
 
 def _largest_saved_head_block(model, batch, chunk: int) -> int:

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from helpers.sharp_tails import issue_11_case
 
 from oat_dppo.trust_region import (
     TrustRegionInputs,
@@ -311,8 +312,9 @@ def test_minus_inf_topk_entries_are_zero_probabilities():
 def test_topk_tail_of_a_peaked_distribution_survives_float32():
     """Found by Hypothesis: mu's top slot holds 0.9993 and pi's 0.9982; pi's mass outside the 6 slots
     is ~1.5e-8, below float32's resolution of 1 - sum(slots). Rounded to 0 (then 1e-30), KL's tail
-    term came out 5e-5 too large and top-K KL exceeded the full KL. The complement of the largest slot
-    (expm1) keeps the tail to ~1e-10."""
+    term came out 5e-5 too large and top-K KL exceeded the full KL. Given pi's other mass (as the
+    learner gives it) top-K KL is exact; from the slots alone it reads the tail at the slot sum's
+    float32 noise (n = S * eps32 * sum): below the exact value, by at most mu(other) log(n / pi(other))."""
     lmu = torch.tensor([-6.9073e-04, -8.7751e+00, -2.8631e+01, -1.3785e+01, -1.7998e+01,
                         -1.7280e+01, -1.0995e+01, -1.0603e+01, -1.0010e+01, -7.7100e+00], dtype=torch.float64)
     lpi = torch.tensor([-1.8256e-03, -1.1472e+01, -3.1961e+01, -1.8293e+01, -2.0996e+01,
@@ -325,9 +327,69 @@ def test_topk_tail_of_a_peaked_distribution_survives_float32():
     kl_ref = (mu[slots] * (lmu[slots] - lpi[slots])).sum() + other_mu * torch.log(other_mu / other_pi)
     tv_ref = 0.5 * ((mu[slots] - pi[slots]).abs().sum() + (other_mu - other_pi).abs())
     tb, tl = lmu[slots].float()[None], lpi[slots].float()[None]  # [1, 6] float32, as the learner has them
-    assert topk_kl(tb, tl).item() == pytest.approx(kl_ref.item(), abs=1e-7)
+    other_logp = other_pi.log().float()[None]  # [1]
+    assert topk_kl(tb, tl, other_logp=other_logp).item() == pytest.approx(kl_ref.item(), abs=1e-7)
     assert topk_tv(tb, tl).item() == pytest.approx(tv_ref.item(), abs=1e-7)
-    assert topk_kl(tb, tl).item() <= full_kl(lmu, lpi).item()
+    slot_only = topk_kl(tb, tl).item()
+    noise = 6 * torch.finfo(torch.float32).eps * pi[slots].sum()
+    assert kl_ref.item() - other_mu * math.log(noise / other_pi) - 1e-7 <= slot_only <= kl_ref.item() + 1e-7
+    assert topk_kl(tb, tl, other_logp=other_logp).item() <= full_kl(lmu, lpi).item()
+
+
+def _one_token(lpi_a, lmu_a, adv=1.0, **topk):
+    """[1, 1] inputs for one token with log pi(a) `lpi_a` and log mu(a) `lmu_a` (float32 scalars)."""
+    return TrustRegionInputs(lpi_a.reshape(1, 1).float(), lmu_a.reshape(1, 1).float(), torch.tensor([[adv]]),
+                             torch.ones(1, 1, dtype=torch.bool), **topk)
+
+
+@pytest.mark.parametrize("pi_tail", [1e-9, 1e-7, 1e-6])
+def test_topk_kl_of_a_sharp_float32_pi(pi_tail):
+    """Issue 11: mu keeps 1e-3 outside its top-20, the learner's float32 pi keeps 1e-9..1e-6 there, below
+    the noise of its float32 slot sum (above 1 for 1e-9). Read as 0 and floored at 1e-30, pi's "other"
+    added ~0.06 and delta 0.05 masked a token with mu(a) = 0.05, pi(a) = 0.05005 whose top-K KL is
+    0.013 / 0.008 / 0.006. Given pi's other mass it is exact; from the slots alone it is a lower
+    estimate (<= the exact value, <= the full KL) that keeps the token too."""
+    case = issue_11_case(pi_tail)
+    lpi, ids, a = case.lpi32, case.ids, case.a  # [V] the learner's float32 log pi
+    K = ids.numel()
+    assert abs(lpi[ids].double().exp().sum().item() - 1.0) < 1e-7  # 1 - sum(slots) is float32 noise
+    # [1, 1, S] slots as a rollout records them: mu's top-K, slot K unused (the sampled token is in the top-K)
+    topk = dict(topk_behavior_logp=torch.cat([case.lmu[ids].float(), torch.tensor([-math.inf])])[None, None],
+                topk_logp=torch.cat([lpi[ids], torch.tensor([-math.inf])])[None, None],
+                topk_valid=torch.tensor([[[True] * K + [False]]]))
+    slots = (topk["topk_behavior_logp"], topk["topk_logp"], topk["topk_valid"])
+    other = lpi[K:].logsumexp(-1).reshape(1, 1)  # log pi outside the slots (ids K..V-1), as the learner has it
+    assert topk_kl(*slots, other_logp=other).item() == pytest.approx(case.exact, abs=1e-5)
+    slots_only = topk_kl(*slots).item()
+    assert 0.004 < slots_only <= case.exact + 1e-7 and slots_only <= case.full
+    # Through the strategy at delta 0.05: A > 0 and r = pi/mu = 1.001 > 1, so D > delta would mask it.
+    assert lpi[a].exp().item() == pytest.approx(0.05005, rel=1e-4)
+    for other_logp, value in ((other, case.exact), (None, slots_only)):
+        out = make_trust_region("dppo_topk_kl")(_one_token(lpi[a], case.lmu[a], **topk, topk_other_logp=other_logp))
+        assert out.keep.item()
+        assert out.metrics["divergence_mean"] == pytest.approx(value, abs=1e-5)
+
+
+def test_binary_kl_when_float32_log_pi_rounds_to_zero():
+    """Issue 11, binary: a float32 log-softmax returns log pi(a) = 0 once 1 - pi(a) is below half of
+    float32's eps (its normalizer rounds to 1). Read as 1e-30, 1 - pi added (1 - mu) x 52 nats: mu(a) =
+    0.999 against pi(a) = 1 - 1e-9 gave 0.062 where the exact binary KL is 0.0128, and delta 0.05
+    masked the token. 1 - pi is now taken >= eps32: 0.0080, a lower estimate."""
+    V = 1000
+    logits = torch.full((V,), math.log(1e-9 / (V - 1)), dtype=torch.float64)
+    logits[0] = math.log1p(-1e-9)
+    lpi = logits.float().log_softmax(-1)  # [V] the learner's float32
+    assert lpi[0].item() == 0.0
+    lmu = torch.tensor(math.log(0.999))
+    exact = 0.999 * math.log(0.999 / (1 - 1e-9)) + 1e-3 * math.log(1e-3 / 1e-9)
+    eps = torch.finfo(torch.float32).eps
+    got = binary_kl(lmu.float(), lpi[0]).item()
+    assert got == pytest.approx(0.999 * math.log(0.999) + 1e-3 * math.log(1e-3 / eps), rel=1e-4)
+    assert got <= exact
+    out = make_trust_region("dppo_binary_kl")(_one_token(lpi[0], lmu))  # A > 0, r = 1.001
+    assert out.keep.item()
+    # Away from 1 nothing changed: 1 - pi = 1e-6 (> eps) is still resolved (see the test above).
+    assert binary_kl(torch.tensor([-1e-4]), torch.tensor([-1e-6])).item() == pytest.approx(3.61499e-4, rel=2e-3)
 
 
 def test_nonfinite_inputs_are_excluded_and_counted():
@@ -410,6 +472,21 @@ def test_topk_shapes_are_checked():
                   topk_valid=torch.ones(2, 3, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="topk_logp must have the shape"):
         make_trust_region("dppo_topk_kl")(bad)
+    topk = dict(topk_behavior_logp=torch.zeros(2, 3, 4), topk_logp=torch.zeros(2, 3, 4),
+                topk_valid=torch.ones(2, 3, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"topk_other_logp must have shape \[B, T\] = \(2, 3\)"):
+        make_trust_region("dppo_topk_kl")(_inputs(**topk, topk_other_logp=torch.zeros(2, 3, 1)))
+
+
+def test_nan_other_logp_falls_back_to_the_slots():
+    # Row 0: pi's other mass given; row 1: NaN there (or a NaN slot): pi(other) from the slots instead.
+    tb = torch.log(torch.tensor([[0.6, 0.3], [0.6, 0.3]]))
+    tl = torch.log(torch.tensor([[0.5, 0.3], [0.5, 0.3]]))
+    other = torch.log(torch.tensor([0.2, float("nan")]))
+    got = topk_kl(tb, tl, other_logp=other)
+    assert torch.isfinite(got).all()
+    assert got[0].item() == pytest.approx(got[1].item(), abs=1e-5)  # 1 - 0.8 = 0.2 either way
+    assert got[0].item() == pytest.approx(0.6 * math.log(0.6 / 0.5) + 0.1 * math.log(0.1 / 0.2), rel=1e-5)
 
 
 # ---- Aggregation ---------------------------------------------------------------------------------

@@ -60,35 +60,100 @@ def topk_slots(lmu: torch.Tensor, lpi: torch.Tensor, a: int, K: int):
     return lmu[idx].float(), lpi[idx].float(), torch.tensor(valid)
 
 
+def other_logp(lpi: torch.Tensor, valid_ids) -> torch.Tensor:
+    """log pi outside the slot ids (what the learner passes as topk_other_logp); -inf when none are left."""
+    outside = torch.ones(lpi.shape[-1], dtype=torch.bool)
+    outside[torch.as_tensor(valid_ids)] = False
+    return lpi[outside].logsumexp(-1).float()
+
+
+def topk_slots_and_other(lmu: torch.Tensor, lpi: torch.Tensor, a: int, K: int):
+    """`topk_slots` and pi's exact mass outside them (in log space)."""
+    K = min(K, lmu.numel())
+    top = torch.topk(lmu, K).indices.tolist()
+    return topk_slots(lmu, lpi, a, K), other_logp(lpi, top + ([a] if a not in top else []))
+
+
 @given(distribution_pair(), st.integers(1, 10))
 def test_binary_le_topk_le_full(pair, K):
+    """Appendix C's chain. Top-K KL gets pi's other mass as the learner gives it (exact); from the slots
+    alone it is a lower estimate: never above the exact value, so never above the full KL either."""
     lmu, lpi, a = pair
-    tb, tl, tv = topk_slots(lmu, lpi, a, K)
+    (tb, tl, tv), other = topk_slots_and_other(lmu, lpi, a, K)
     for binary, topk, full in ((binary_tv, topk_tv, full_tv), (binary_kl, topk_kl, full_kl)):
         d_bin = binary(lmu[a].float(), lpi[a].float()).item()
-        d_top = topk(tb, tl, tv).item()
+        d_top = (topk(tb, tl, tv, other_logp=other) if topk is topk_kl else topk(tb, tl, tv)).item()
         d_full = full(lmu, lpi).item()
         assert d_bin <= d_top + TOL, binary.__name__
         assert d_top <= d_full + TOL, topk.__name__
+    assert topk_kl(tb, tl, tv).item() <= topk_kl(tb, tl, tv, other_logp=other).item() + TOL
 
 
 @given(distribution_pair(min_vocab=4), st.integers(1, 5), st.integers(1, 5))
 def test_topk_grows_as_its_set_grows(pair, k1, dk):
     lmu, lpi, a = pair
     k2 = k1 + dk
-    for topk in (topk_tv, topk_kl):
-        small = topk(*topk_slots(lmu, lpi, a, k1)).item()
-        large = topk(*topk_slots(lmu, lpi, a, k2)).item()
-        assert small <= large + TOL
+    small, large = topk_slots_and_other(lmu, lpi, a, k1), topk_slots_and_other(lmu, lpi, a, k2)
+    assert topk_tv(*small[0]).item() <= topk_tv(*large[0]).item() + TOL
+    assert topk_kl(*small[0], other_logp=small[1]).item() <= topk_kl(*large[0], other_logp=large[1]).item() + TOL
 
 
 @given(distribution_pair())
 def test_topk_over_the_whole_vocabulary_is_the_full_divergence(pair):
     lmu, lpi, a = pair
     V = lmu.numel()
-    slots = topk_slots(lmu, lpi, a, V)
+    slots, other = topk_slots_and_other(lmu, lpi, a, V)
+    assert other.item() == -math.inf
     assert topk_tv(*slots).item() == pytest.approx(full_tv(lmu, lpi).item(), abs=1e-5)
-    assert topk_kl(*slots).item() == pytest.approx(full_kl(lmu, lpi).item(), abs=1e-4, rel=1e-4)
+    for kl in (topk_kl(*slots, other_logp=other), topk_kl(*slots)):
+        assert kl.item() == pytest.approx(full_kl(lmu, lpi).item(), abs=1e-4, rel=1e-4)
+
+
+@st.composite
+def sharp_pair(draw):
+    """Issue 11's regime: mu keeps 1e-1..1e-6 outside a head of K tokens, pi (float32 logits, as an LM
+    head gives them) keeps 1e-5..1e-12 there, below float32's resolution of 1 - sum(slots)."""
+    V = draw(st.integers(30, 2000))
+    K = draw(st.integers(1, 20))
+    seed = draw(st.integers(0, 2**31 - 1))
+    mu_tail = 10 ** -draw(st.floats(1.0, 6.0))
+    pi_tail = 10 ** -draw(st.floats(5.0, 12.0))
+    shift = draw(st.floats(0.0, 2.0))
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randperm(V, generator=g)
+    head, tail = ids[:K], ids[K:]
+    mu = torch.empty(V, dtype=torch.float64)
+    logits_head = torch.randn(K, generator=g, dtype=torch.float64) * 2
+    mu[head] = logits_head.softmax(-1) * (1 - mu_tail)
+    mu[tail] = (torch.randn(V - K, generator=g, dtype=torch.float64) * 2).softmax(-1) * mu_tail
+    pi = torch.empty(V, dtype=torch.float64)
+    pi[head] = (logits_head + torch.randn(K, generator=g, dtype=torch.float64) * shift).softmax(-1) * (1 - pi_tail)
+    pi[tail] = (torch.randn(V - K, generator=g, dtype=torch.float64) * 3).softmax(-1) * pi_tail
+    logits = (pi.log() + 3.0).float()  # [V]
+    a = int(head[draw(st.integers(0, K - 1))]) if draw(st.booleans()) else int(tail[draw(st.integers(0, V - K - 1))])
+    return mu.log(), logits, a, K
+
+
+@given(sharp_pair())
+def test_topk_kl_of_a_sharp_pi_never_exceeds_the_full_kl(pair):
+    """Issue 11 found top-K KL above the full KL by up to 7.8 nats on sharp pi. With pi's other mass from
+    the learner's own float32 log-softmax, top-K KL <= the full KL of those float32 values. On correctly
+    rounded float32 values the chain binary <= top-K <= full holds, and from the slots alone top-K KL
+    stays <= the exact value and the full KL."""
+    lmu, logits, a, K = pair
+    lpi32 = logits.log_softmax(-1)  # [V] the learner's float32 log pi
+    (tb, tl, tv), other = topk_slots_and_other(lmu, lpi32.double(), a, K)
+    d_full = full_kl(lmu, lpi32).item()
+    assert topk_kl(tb, tl, tv, other_logp=other).item() <= d_full + TOL + 1e-6 * d_full
+    lpi = logits.double().log_softmax(-1)  # the exact pi of those logits
+    (tb, tl, tv), other = topk_slots_and_other(lmu, lpi, a, K)
+    d_top = topk_kl(tb, tl, tv, other_logp=other).item()
+    d_full = full_kl(lmu, lpi).item()
+    assert binary_kl(lmu[a].float(), lpi[a].float()).item() <= d_top + TOL
+    assert d_top <= d_full + TOL + 1e-6 * d_full
+    d_slots = topk_kl(tb, tl, tv).item()
+    assert d_slots <= d_top + TOL
+    assert d_slots <= d_full + TOL
 
 
 @given(st.floats(-30, 0), st.floats(-30, 0))
@@ -119,6 +184,9 @@ def token_batch(draw, B=3, T=7, K=3, V=12):
     valid = torch.cat([torch.ones_like(top, dtype=torch.bool), ~in_top[..., None]], -1)
     adv = torch.randn(B, T, generator=g).round()  # some exact zeros
     mask = torch.rand(B, T, generator=g) > 0.2
+    # [B, T, V] True outside the slots (unused slots point at a, itself a slot)
+    outside = torch.ones(B, T, V, dtype=torch.bool).scatter_(-1, torch.where(valid, ids, a[..., None]), False)
+    other = lpi.masked_fill(~outside, -math.inf).logsumexp(-1) if draw(st.booleans()) else None  # [B, T]
     return dict(
         logp=lpi.gather(-1, a[..., None])[..., 0],
         behavior_logp=lmu.gather(-1, a[..., None])[..., 0],
@@ -127,6 +195,7 @@ def token_batch(draw, B=3, T=7, K=3, V=12):
         topk_behavior_logp=lmu.gather(-1, ids),
         topk_logp=lpi.gather(-1, ids),
         topk_valid=valid,
+        topk_other_logp=other,
     )
 
 
@@ -183,7 +252,8 @@ def test_infinite_delta_is_exactly_pg_is(name, batch, C):
 @pytest.mark.parametrize("name", ["pg_is", "cispo"] + MASKED)
 def test_on_policy_gives_the_plain_policy_gradient(name, batch):
     # pi = mu: r = 1, D = 0, every token kept, d loss / d logp = -A on trained tokens.
-    batch = {**batch, "logp": batch["behavior_logp"].clone(), "topk_logp": batch["topk_behavior_logp"].clone()}
+    batch = {**batch, "logp": batch["behavior_logp"].clone(), "topk_logp": batch["topk_behavior_logp"].clone(),
+             "topk_other_logp": None}
     out, grad = call(name, batch)
     assert out.keep[batch["mask"]].all()
     expected = torch.where(batch["mask"], -batch["advantages"], torch.zeros(()))
@@ -210,6 +280,7 @@ def test_padding_gets_zero_gradient_and_changes_no_metric(name, batch, pad):
         "topk_behavior_logp": padded("topk_behavior_logp", 0.0),
         "topk_logp": padded("topk_logp", float("nan")),
         "topk_valid": padded("topk_valid", True),
+        "topk_other_logp": None if batch["topk_other_logp"] is None else padded("topk_other_logp", float("nan")),
     }
     out_p, grad_p = call(name, big)
     T = batch["logp"].shape[1]

@@ -1,13 +1,16 @@
 """Benchmark: forward + backward of every trust-region strategy on one large batch.
 
     python -m oat_dppo.bench trust-region [--batch 64] [--seq 4096] [--topk 20] [--reps 10] [--threads 1]
+                                          [--topk-other 1]
 
 Time and memory are reported as ratios to `pg_is` measured in the same run (the machine is shared and
 noisy; only ratios compare). Time is the fastest of `reps` round-robin repetitions, the least
 disturbed by other load; one intra-op thread by default, because on a shared 2-core machine OpenMP
 threads that wait for a busy core stall every op by a scheduler slice (measured: median 30x the
 minimum with 2 threads). Memory: peak RSS above the inputs (each strategy in a fresh process) and the
-largest single tensor a strategy allocates, against the [B, T, K+1] top-K input.
+largest single tensor a strategy allocates, against the [B, T, K+1] top-K input. Top-K inputs carry
+pi's mass outside the slots (`topk_other_logp`), as the learner passes them; `--topk-other 0` times
+top-K KL from the slot log-probs alone.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Config:
     warmup: int = 3
     threads: int = 1
     seed: int = 0
+    topk_other: int = 1
 
 
 HELP = {
@@ -46,6 +50,8 @@ HELP = {
     "warmup": "untimed repetitions first",
     "threads": "torch intra-op threads",
     "seed": "seed of the synthetic inputs",
+    "topk_other": "1: the inputs carry pi's mass outside the K + 1 slots (topk_other_logp), as the learner's "
+                  "do; 0: the slots alone",
 }
 
 
@@ -69,6 +75,8 @@ def make_inputs(cfg: Config, with_topk: bool) -> TrustRegionInputs:
         valid = torch.ones(B, T, S, dtype=torch.bool)
         valid[..., -1] = torch.rand(B, T, generator=g) < 0.1
         inputs.topk_behavior_logp, inputs.topk_logp, inputs.topk_valid = tb, tl, valid
+        if cfg.topk_other:  # pi's tail: 1e-9..1e-2, as the learner computes it from the full row
+            inputs.topk_other_logp = torch.empty(B, T).uniform_(math.log(1e-9), math.log(1e-2), generator=g)
     return inputs
 
 
@@ -123,7 +131,8 @@ def format_table(rows: list[dict], cfg: Config) -> str:
     mib = 1024 * 1024
     lines = [
         f"trust-region forward+backward, B x T = {cfg.batch} x {cfg.seq}, K = {cfg.topk}, "
-        f"best of {cfg.reps}, torch {torch.__version__}, {torch.get_num_threads()} thread(s)",
+        f"best of {cfg.reps}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+        f"top-K {'with' if cfg.topk_other else 'without'} topk_other_logp",
         "",
         "| strategy | time (ms) | median (ms) | time / pg_is | target | peak RSS (MiB) | peak / pg_is | largest tensor (MiB) | largest / [B,T,K+1] input |",
         "|---|---|---|---|---|---|---|---|---|",

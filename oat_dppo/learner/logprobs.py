@@ -27,6 +27,8 @@ class PolicyLogprobs:
     logp: Tensor  # [B, T] float32, log pi at response tokens (grad), 0 elsewhere
     topk_logp: Tensor | None  # [B, T, S] float32, detached log pi on mu's top-K ids
     entropy: Tensor  # [B, T] float32, detached entropy of pi at response positions
+    # [B, T] float32, detached log pi of the mass outside the valid top-K slots (with topk_logp)
+    topk_other_logp: Tensor | None = None
 
 
 def _decoder_and_head(model):
@@ -37,11 +39,12 @@ def _decoder_and_head(model):
 
 
 def _head_logprobs(head, softcap: float | None, hidden: Tensor, targets: Tensor, topk_ids: Tensor | None,
-                   with_entropy: bool, stats: dict[str, Tensor]) -> Tensor:
+                   topk_valid: Tensor | None, with_entropy: bool, stats: dict[str, Tensor]) -> Tensor:
     """log pi(target) for one block of response positions: [n, H] -> [n] (grad).
 
-    Fills `stats` (detached entropy [n] and log pi on `topk_ids` [n, S]) once, on the forward
-    call. Under checkpointing the backward's recompute finds it filled and skips that work.
+    Fills `stats` (detached entropy [n], log pi on `topk_ids` [n, S] and log pi of the mass outside
+    the valid slots [n]) once, on the forward call. Under checkpointing the backward's recompute
+    finds it filled and skips that work.
     """
     logits = head(hidden)  # [n, V]
     if softcap:
@@ -50,11 +53,28 @@ def _head_logprobs(head, softcap: float | None, hidden: Tensor, targets: Tensor,
     if not stats.get("filled"):
         stats["filled"] = True
         with torch.no_grad():
+            probs = logp_all.exp() if with_entropy or topk_ids is not None else None  # [n, V], the one temporary
             if with_entropy:
-                stats["entropy"] = -(logp_all.exp() * logp_all).sum(-1)  # [n]
+                stats["entropy"] = -torch.einsum("nv,nv->n", probs, logp_all)  # [n]
             if topk_ids is not None:
                 stats["topk"] = logp_all.gather(-1, topk_ids)  # [n, S]
+                stats["topk_other"] = _other_logp(probs, topk_ids, topk_valid)  # [n]
     return logp_all.gather(-1, targets[:, None])[:, 0]  # [n]
+
+
+def _other_logp(probs: Tensor, topk_ids: Tensor, topk_valid: Tensor | None) -> Tensor:
+    """[n] log of pi's mass outside the valid slots: the ids not in TopK(mu) ∪ {a_t}, summed directly.
+
+    1 - sum(slots) would cancel: for a sharp pi the float32 slots sum to 1 +- 1e-7 and a tail of
+    1e-9 is lost (issue 11). Summing the tail's own probabilities keeps it to float32's relative
+    precision, consistent with the log pi values the learner trains on. Zeroes the slots of `probs`
+    in place ([n, V], consumed); unused slots (id 0, `topk_valid` False) multiply by 1, so a repeated
+    id cannot undo a zero. Tails below float32's ~1e-38 read as 0, i.e. 1e-30 in the divergence.
+    """
+    # [n, S]: 0 on valid slots, 1 on unused ones
+    keep = torch.zeros_like(topk_ids, dtype=probs.dtype) if topk_valid is None else (~topk_valid).to(probs.dtype)
+    probs.scatter_reduce_(-1, topk_ids, keep, reduce="prod")
+    return probs.sum(-1).log()  # [n]
 
 
 def policy_logprobs(model, batch: TokenBatch, *, with_topk: bool = False, with_entropy: bool = True,
@@ -72,6 +92,7 @@ def policy_logprobs(model, batch: TokenBatch, *, with_topk: bool = False, with_e
     b_idx, t_idx = resp.nonzero(as_tuple=True)  # [N] each
     targets = ids[b_idx, t_idx]  # [N]
     topk_ids = batch.topk_ids[b_idx, t_idx] if with_topk else None  # [N, S]
+    topk_valid = batch.topk_valid[b_idx, t_idx] if with_topk else None  # [N, S]
     decoder, head = _decoder_and_head(model)
     if decoder is not None and head is not None:
         hidden = decoder(input_ids=ids, attention_mask=attn.long(), use_cache=False).last_hidden_state  # [B, T, H]
@@ -84,26 +105,29 @@ def policy_logprobs(model, batch: TokenBatch, *, with_topk: bool = False, with_e
     N = targets.shape[0]
     step = chunk_tokens if 0 < chunk_tokens < N else max(N, 1)
     checkpointed = step < N and torch.is_grad_enabled()
-    logp_parts, entropy_parts, topk_parts = [], [], []
+    logp_parts, entropy_parts, topk_parts, other_parts = [], [], [], []
     for i in range(0, max(N, 1), step):  # N == 0: one empty block, so logp still carries a graph
         rows = slice(i, i + step)
         stats: dict = {}
         block = (head, softcap, inputs[rows], targets[rows], None if topk_ids is None else topk_ids[rows],
-                 with_entropy, stats)
+                 None if topk_valid is None else topk_valid[rows], with_entropy, stats)
         if checkpointed:
             logp_parts.append(checkpoint(_head_logprobs, *block, use_reentrant=False))
         else:
             logp_parts.append(_head_logprobs(*block))
         entropy_parts.append(stats.get("entropy"))
         topk_parts.append(stats.get("topk"))
+        other_parts.append(stats.get("topk_other"))
 
     logp = torch.zeros(B, T, dtype=torch.float32, device=ids.device)
     entropy = torch.zeros(B, T, dtype=torch.float32, device=ids.device)
-    topk_logp = None
+    topk_logp = topk_other_logp = None
     logp = logp.index_put((b_idx, t_idx), torch.cat(logp_parts))  # [B, T], grad
     if with_entropy:
         entropy[b_idx, t_idx] = torch.cat(entropy_parts)
     if with_topk:
         topk_logp = torch.full((B, T, batch.topk_ids.shape[-1]), float("-inf"), device=ids.device)
         topk_logp[b_idx, t_idx] = torch.cat(topk_parts)  # [N, S]
-    return PolicyLogprobs(logp=logp, topk_logp=topk_logp, entropy=entropy)
+        topk_other_logp = torch.full((B, T), float("-inf"), device=ids.device)
+        topk_other_logp[b_idx, t_idx] = torch.cat(other_parts)  # [N]
+    return PolicyLogprobs(logp=logp, topk_logp=topk_logp, entropy=entropy, topk_other_logp=topk_other_logp)

@@ -42,6 +42,7 @@ def trust_region_loss(
             topk_behavior_logp=batch.topk_behavior_logp,
             topk_logp=pol.topk_logp,
             topk_valid=batch.topk_valid,
+            topk_other_logp=pol.topk_other_logp,
         )
     )
     loss = aggregate(out.loss_terms, batch.response_mask, aggregation, constant_length=constant_length,

@@ -30,6 +30,11 @@ class TrustRegionInputs:
     topk_behavior_logp:  [B, T, S] log mu on the top-K set TopK(mu, K) ∪ {a_t}.
     topk_logp:           [B, T, S] log pi on the same token ids (no grad needed).
     topk_valid:          [B, T, S] bool, False on unused slots.
+    topk_other_logp:     [B, T] log pi of the mass outside the valid slots (no grad needed), optional:
+                         log sum_{a not in A'} pi(a), from pi's full distribution. Top-K KL uses it
+                         (exact); without it, 1 - sum of the float32 slots cannot resolve a tail below
+                         ~S x 1e-7 and top-K KL reads such a tail at that noise (a lower estimate).
+                         The learner passes it; TV does not need it.
     """
 
     logp: Tensor
@@ -40,6 +45,7 @@ class TrustRegionInputs:
     topk_behavior_logp: Tensor | None = None
     topk_logp: Tensor | None = None
     topk_valid: Tensor | None = None
+    topk_other_logp: Tensor | None = None
 
 
 @dataclass
@@ -78,6 +84,7 @@ class PreparedBatch:
     topk_anchor_logp: Tensor | None = None  # [B, T, S]
     topk_logp: Tensor | None = None  # [B, T, S]
     topk_valid: Tensor | None = None  # [B, T, S] bool
+    topk_other_logp: Tensor | None = None  # [B, T] log pi(other), when the caller gave it
 
     @cached_property
     def ratio(self) -> Tensor:
@@ -174,12 +181,13 @@ def prepare(inputs: TrustRegionInputs, *, anchor: str, needs_topk: bool) -> Prep
         topk_anchor_logp=topk[0] if topk else None,
         topk_logp=topk[1] if topk else None,
         topk_valid=topk[2] if topk else None,
+        topk_other_logp=topk[3] if topk else None,
     )
 
 
 def _prepare_topk(
     inputs: TrustRegionInputs, shape: torch.Size, valid: Tensor, anchor: str
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     missing = [
         n for n in ("topk_behavior_logp", "topk_logp", "topk_valid") if getattr(inputs, n) is None
     ]
@@ -198,6 +206,14 @@ def _prepare_topk(
     if tv.shape != tb.shape:
         raise ValueError(f"topk_valid must have the shape of topk_behavior_logp {tuple(tb.shape)}, got {tuple(tv.shape)}")
     tv = tv if tv.dtype == torch.bool else tv != 0
+    other = inputs.topk_other_logp
+    if other is not None:
+        if not isinstance(other, Tensor) or other.shape != shape:
+            got = tuple(other.shape) if isinstance(other, Tensor) else type(other).__name__
+            raise ValueError(
+                f"topk_other_logp must have shape [B, T] = {tuple(shape)} (log pi outside the slots), got {got}"
+            )
+        other = other.detach()
     # No copies here: the top-K divergence masks, clamps and upcasts chunk by chunk (see
     # `divergences.topk_divergence`): NaN slots are dropped, log-probs clamped into [log 1e-30, 0].
-    return tb.detach(), tl.detach(), tv
+    return tb.detach(), tl.detach(), tv, other

@@ -242,7 +242,8 @@ class DPPOTopKKL(DPPOTopK):
         super().__init__(delta=delta, topk=topk, C=C, anchor=anchor)
 
     def divergence(self, p: PreparedBatch) -> Tensor:
-        return topk_divergence("kl", p.topk_anchor_logp, p.topk_logp, p.topk_valid)
+        # pi's "other" mass, exact when the caller gave it (the learner does); else bounded from the slots
+        return topk_divergence("kl", p.topk_anchor_logp, p.topk_logp, p.topk_valid, p.topk_other_logp)
 
 
 class CISPO(MaskedPolicyGradient):
