@@ -21,6 +21,10 @@ Direction = Literal["low", "high", "both"]
 AnchorChoice = Literal["behavior", "recompute"]
 
 
+class ConfigError(ValueError):
+    """A bad option: reported as one clear line, exit status 2."""
+
+
 def _alias(*names: str):
     return tyro.conf.arg(aliases=names)
 
@@ -276,10 +280,6 @@ def parse_param_value(text: str) -> Any:
         except ValueError:
             continue
     return text
-
-
-class ConfigError(ValueError):
-    """A bad option: reported as one clear line, exit status 2."""
 
 
 def validate(cfg: TrainConfig) -> None:

