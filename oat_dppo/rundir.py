@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-
 # A checkpoint directory's files (written by oat_dppo/backends/local/checkpoint.py); the pickled
 # state.pt is oat_dppo 0.1's format, still read (safely).
 CHECKPOINT_STATE, CHECKPOINT_LEGACY = "state.json", "state.pt"

@@ -41,9 +41,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from unittest import mock
 
 import numpy as np
-import torch
-
 import oat_fakes
+import torch
 
 FAKES_IN_USE = oat_fakes.install()
 

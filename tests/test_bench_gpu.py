@@ -4,9 +4,8 @@ nothing here; on the GPU machine the same code measures the real engine (docs/be
 
 from __future__ import annotations
 
-import pytest
-
 import oat_fakes
+import pytest
 
 oat_fakes.install()
 

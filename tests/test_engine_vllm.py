@@ -16,16 +16,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import oat_fakes
 import pytest
 import torch
-
-import oat_fakes
 
 oat_fakes.install()
 
 import vllm  # noqa: E402  (the fake where vLLM is missing)
-from helpers.fake_vllm import StandInLLM  # noqa: E402
 from helpers.child import child_env  # noqa: E402
+from helpers.fake_vllm import StandInLLM  # noqa: E402
 
 import oat_dppo.engine.vllm as V  # noqa: E402
 from oat_dppo.agent import PromptFormat  # noqa: E402

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.child import child_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,14 +26,13 @@ from oat_dppo.envs import (
     UnknownEnvError,
     extract_action,
     get_preset,
+    hub,
     is_well_formed,
     known_env_ids,
     make_env,
     render_prompt,
     stop_strings,
 )
-from oat_dppo.envs import hub
-from helpers.child import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 BOARD_HEADER = "Here is the current board layout:"

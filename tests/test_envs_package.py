@@ -5,12 +5,12 @@ installs it."""
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
-import pytest
-
 import oat_dppo_envs
+import pytest
+import tomllib
+
 from oat_dppo.envs import get_preset, known_env_ids, make_env
 from oat_dppo.main import main
 

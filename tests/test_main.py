@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.child import child_env
 
 from oat_dppo.main import main
-from helpers.child import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--model", "tiny-qwen3", "--max-new-tokens", "8", "--threads", "1", "--no-progress", "--log", "none"]

@@ -9,27 +9,27 @@ import sys
 import threading
 import time
 import unicodedata
-from pathlib import Path
 
 import numpy as np
 import pytest
 import regex
 import torch
+from helpers.child import child_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oat_dppo.models import common, smollm2
-from oat_dppo.models import qwen as qwen_module
 from oat_dppo.models import (
     ModelNotFoundError,
     apply_lora,
+    common,
     enable_gradient_checkpointing,
     load_policy,
     load_tokenizer,
     model_family,
     qwen_tokenizer,
+    smollm2,
 )
-from helpers.child import child_env
+from oat_dppo.models import qwen as qwen_module
 
 SPECIALS = {
     "tiny-qwen3": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"],

@@ -13,9 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import oat_fakes
+import pytest
 from helpers.child import child_env
 
 oat_fakes.install()

@@ -14,30 +14,32 @@ import pickle
 from unittest import mock
 
 import numpy as np
+import oat_fakes
 import pytest
 import torch
-
-import oat_fakes
 
 oat_fakes.install()
 if importlib.util.find_spec("oat") is None:
     pytest.skip("oat-llm is not installed; `make setup-oat` (docs/dev_oat_cpu.md)", allow_module_level=True)
 
 import oat_harness as H  # noqa: E402
-from helpers.fake_vllm import StandInLLM, completion  # noqa: E402
 import vllm  # noqa: E402  (the fake where vLLM is missing)
+from helpers.fake_vllm import StandInLLM, completion  # noqa: E402
 from oat.args import default_args_validation  # noqa: E402
 from vllm.outputs import RequestOutput  # noqa: E402
 from vllm.sequence import Logprob  # noqa: E402
 
-from oat_dppo.agent import PromptFormat, play_episodes  # noqa: E402
-from oat_dppo.agent import combine_eval  # noqa: E402
+from oat_dppo.agent import (  # noqa: E402
+    PromptFormat,
+    combine_eval,  # noqa: E402
+    play_episodes,
+)
 from oat_dppo.backends.oat.actor import DPPOActor  # noqa: E402
 from oat_dppo.backends.oat.args import DPPOArgs, finalize  # noqa: E402
 from oat_dppo.backends.oat.data import DPPOTransitionData  # noqa: E402
-from oat_dppo.engine.vllm import VLLMEngine, generation_from_completion  # noqa: E402
 from oat_dppo.backends.oat.learner import DPPOLearner  # noqa: E402
 from oat_dppo.engine.base import PromptTooLongError  # noqa: E402
+from oat_dppo.engine.vllm import VLLMEngine, generation_from_completion  # noqa: E402
 from oat_dppo.envs import make_env  # noqa: E402
 
 NINF = float("-inf")

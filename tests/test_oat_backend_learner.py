@@ -10,10 +10,9 @@ import importlib.util
 import math
 
 import numpy as np
+import oat_fakes
 import pytest
 import torch
-
-import oat_fakes
 
 oat_fakes.install()
 if importlib.util.find_spec("oat") is None:

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.child import child_env
 
 from oat_dppo.plot import (
+    Series,
     aggregate,
     find_run_dirs,
     group_runs,
@@ -20,10 +22,8 @@ from oat_dppo.plot import (
     parse_metrics,
     read_metrics,
     resolve_panels,
-    Series,
     trailing_mean,
 )
-from helpers.child import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.child import child_env
 
 from oat_dppo.config import TrainConfig, to_dict
 from oat_dppo.study import StudyError, load_study
 from oat_dppo.study.cli import main
 from oat_dppo.study.runner import conflicts, has_checkpoint, log_path, main_command, run_state
-from helpers.child import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = child_env(TOKENIZERS_PARALLELISM="false")

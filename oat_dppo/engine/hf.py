@@ -18,13 +18,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from transformers import (
-    GenerationConfig,
-    LogitsProcessor,
-    LogitsProcessorList,
-    StoppingCriteria,
-    StoppingCriteriaList,
-)
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from .base import Generation, as_id_list, pad_token_id, token_budgets
 from .base import stop_token_ids as default_stop_token_ids

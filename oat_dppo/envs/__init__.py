@@ -12,15 +12,11 @@ Importing this package is cheap: GEM (about 1 s) is imported by `make_env` and t
 `python -m oat_dppo.envs --list` prints every known id.
 """
 
+from oat_dppo_envs.math import procedural_math_dataset
+
 from oat_dppo.envs.actions import ACTION_FORMATS, extract_action, is_well_formed
 from oat_dppo.envs.adapter import HISTORY_MODES, TextEnv
-from oat_dppo.envs.errors import (
-    DatasetUnavailableError,
-    EnvError,
-    EnvResetError,
-    EnvStepError,
-    UnknownEnvError,
-)
+from oat_dppo.envs.errors import DatasetUnavailableError, EnvError, EnvResetError, EnvStepError, UnknownEnvError
 from oat_dppo.envs.math_data import load_math_file
 from oat_dppo.envs.presets import (
     FIRST_CLASS_ENV_IDS,
@@ -33,7 +29,6 @@ from oat_dppo.envs.presets import (
 )
 from oat_dppo.envs.registry import make_env
 from oat_dppo.envs.templates import TEMPLATES, render_prompt, stop_strings
-from oat_dppo_envs.math import procedural_math_dataset
 
 __all__ = [
     "ACTION_FORMATS",

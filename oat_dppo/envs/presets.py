@@ -7,15 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from oat_dppo_envs import (
-    DEFAULT_MAX_TURNS,
-    EVAL_SEED_OFFSET,
-    FIRST_CLASS,
-    OWN_ENV_IDS,
-    EnvPreset,
-    games,
-    reasoning_gym,
-)
+from oat_dppo_envs import DEFAULT_MAX_TURNS, EVAL_SEED_OFFSET, FIRST_CLASS, OWN_ENV_IDS, EnvPreset, games, reasoning_gym
 from oat_dppo_envs.math import LOCAL_MATH_ID, PROCEDURAL_MATH_ID
 from oat_dppo_envs.preset import BOXED_ASK, frozen
 

@@ -14,11 +14,7 @@ import importlib
 import inspect
 from typing import Any, Callable
 
-from oat_dppo_envs.math import (
-    DEFAULT_PROCEDURAL_SIZE,
-    DEFAULT_PROCEDURAL_TASKS,
-    procedural_math_dataset,
-)
+from oat_dppo_envs.math import DEFAULT_PROCEDURAL_SIZE, DEFAULT_PROCEDURAL_TASKS, procedural_math_dataset
 
 from oat_dppo.envs import hub
 from oat_dppo.envs._gem import FixedPoolReasoningGym, gem_registry, import_gem

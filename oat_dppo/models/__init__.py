@@ -10,23 +10,13 @@
     common.py          names, the asset cache, the hub's offline state
 """
 
-from oat_dppo.models.common import (
-    SMOLLM2,
-    SMOLLM2_HUB_ID,
-    TINY_MODELS,
-    ModelNotFoundError,
-    cache_root,
-)
+from oat_dppo.models.common import SMOLLM2, SMOLLM2_HUB_ID, TINY_MODELS, ModelNotFoundError, cache_root
 from oat_dppo.models.family import model_family
 from oat_dppo.models.loading import load_policy, load_tokenizer
 from oat_dppo.models.qwen import qwen_tokenizer
 from oat_dppo.models.smollm2 import smollm2_dir
 from oat_dppo.models.tiny import tiny_model, tiny_tokenizer
-from oat_dppo.models.training import (
-    apply_lora,
-    enable_gradient_checkpointing,
-    freeze_all_but_top_layers,
-)
+from oat_dppo.models.training import apply_lora, enable_gradient_checkpointing, freeze_all_but_top_layers
 from oat_dppo.models.weights import engine_model_source, policy_weights
 
 __all__ = [

@@ -20,14 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from oat_dppo.models import common, smollm2
-from oat_dppo.models.common import (
-    DTYPE_KW,
-    SMOLLM2,
-    SMOLLM2_HUB_ID,
-    SMOLLM2_WHEEL,
-    TINY_MODELS,
-    ModelNotFoundError,
-)
+from oat_dppo.models.common import DTYPE_KW, SMOLLM2, SMOLLM2_HUB_ID, SMOLLM2_WHEEL, TINY_MODELS, ModelNotFoundError
 from oat_dppo.models.tiny import tiny_model, tiny_tokenizer
 
 

@@ -6,15 +6,7 @@ import base64
 import importlib.util
 from pathlib import Path
 
-from tokenizers import (
-    AddedToken,
-    Regex,
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-)
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from oat_dppo.models.common import ModelNotFoundError

@@ -17,13 +17,7 @@ import torch
 from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from oat_dppo.models.common import (
-    DTYPE_KW,
-    SMOLLM2_HUB_ID,
-    SMOLLM2_WHEEL,
-    ModelNotFoundError,
-    cache_root,
-)
+from oat_dppo.models.common import DTYPE_KW, SMOLLM2_HUB_ID, SMOLLM2_WHEEL, ModelNotFoundError, cache_root
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SMOLLM2_SUBDIR = "smollm2-135m-instruct"

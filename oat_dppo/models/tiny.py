@@ -5,12 +5,7 @@ from __future__ import annotations
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import (
-    AutoModelForCausalLM,
-    LlamaConfig,
-    PreTrainedTokenizerFast,
-    Qwen3Config,
-)
+from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast, Qwen3Config
 
 from oat_dppo.models.common import DTYPE_KW
 

@@ -27,12 +27,13 @@ import difflib
 import itertools
 import json
 import re
-import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import tomllib
 
 from oat_dppo.config import ConfigError, TrainConfig, to_dict, trust_region_params, validate
 from oat_dppo.study.tomlscan import TomlSpans

@@ -20,13 +20,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from oat_dppo.agent import (
-    Episode,
-    PromptFormat,
-    assign_advantages,
-    episode_metrics,
-    play_episodes,
-)
+from oat_dppo.agent import Episode, PromptFormat, assign_advantages, episode_metrics, play_episodes
 from oat_dppo.backends.local import checkpoint
 from oat_dppo.components import (
     build_envs,
@@ -104,10 +98,12 @@ def build_engine(cfg: TrainConfig, model, tokenizer, prompt: PromptFormat, *, to
     stops = stop_token_ids(tokenizer, getattr(model, "generation_config", None), prompt.stop_token_ids())
     if cfg.engine == "hf":
         return HFEngine(model, tokenizer, stop_token_ids=stops), None
-    settings = vllm_engine.VLLMSettings(gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, dtype=cfg.vllm_dtype,
-                            enforce_eager=cfg.vllm_enforce_eager, max_logprobs=max(20, topk), seed=cfg.seed)
-    engine = vllm_engine.ColocatedVLLM.launch(engine_model_source(cfg.model, model, tokenizer, scratch), settings,
-                                  stop_token_ids=stops)
+    settings = vllm_engine.VLLMSettings(
+        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, dtype=cfg.vllm_dtype,
+        enforce_eager=cfg.vllm_enforce_eager, max_logprobs=max(20, topk), seed=cfg.seed,
+    )
+    source = engine_model_source(cfg.model, model, tokenizer, scratch)
+    engine = vllm_engine.ColocatedVLLM.launch(source, settings, stop_token_ids=stops)
     return engine, engine
 
 

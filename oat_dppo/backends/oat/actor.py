@@ -26,13 +26,7 @@ from typing import Sequence
 
 from oat.algorithms.ppo import PPOActor
 
-from oat_dppo.agent import (
-    EVAL_KEYS,
-    PromptFormat,
-    assign_advantages,
-    episode_metrics,
-    play_episodes,
-)
+from oat_dppo.agent import EVAL_KEYS, PromptFormat, assign_advantages, episode_metrics, play_episodes
 from oat_dppo.backends.oat.args import to_train_config
 from oat_dppo.backends.oat.data import DPPOTransitionData, transition_from_turn
 from oat_dppo.components import build_envs, build_trust_region, resolve_template

@@ -37,14 +37,7 @@ from oat_dppo.backends.oat.args import aggregation_of, to_train_config
 from oat_dppo.backends.oat.data import DPPOTransitionDataset, to_token_batch
 from oat_dppo.components import build_trust_region
 from oat_dppo.engine.base import pad_token_id
-from oat_dppo.learner import (
-    chunks,
-    needs_pi_old,
-    plan_steps,
-    recompute_old_logp,
-    run_update,
-    use_mu_source,
-)
+from oat_dppo.learner import chunks, needs_pi_old, plan_steps, recompute_old_logp, run_update, use_mu_source
 from oat_dppo.rundir import append_jsonl
 from oat_dppo.seeds import eval_seeds
 from oat_dppo.trust_region import requirements

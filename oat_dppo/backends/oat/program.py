@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from oat_dppo.backends.oat.args import (
-    DPPOArgs,
-    finalize,
-    from_train_config,
-    oat_validate,
-)
+from oat_dppo.backends.oat.args import DPPOArgs, finalize, from_train_config, oat_validate
 from oat_dppo.config import TrainConfig
 
 
