@@ -144,8 +144,6 @@ class VLLMEngine:
                 # top-K strategies ask for K, which vLLM caps at max_logprobs (set at construction).
                 logprobs=max(topk, 1),
                 stop_token_ids=self.stop_token_ids or None,
-                # Token ids are what the agent loop reads; the text would be decoded for nothing.
-                detokenize=False,
                 # Distinct per request: group members share a prompt and must not share a sample.
                 seed=None if seed is None else (seed + i) & 0x7FFFFFFF,
             )
