@@ -58,3 +58,12 @@ def test_the_oat_adapter_reads_no_source_code():
     for path in (PACKAGE / "backends" / "oat").rglob("*.py"):
         text = path.read_text()
         assert "ast.parse" not in text and not re.search(r"(?<![\w.])eval\(", text), path
+
+
+def test_the_study_runner_is_python_3_10_code():
+    """The Oat profile runs Python 3.10: the study runner must parse as 3.10 and read TOML with tomli
+    where tomllib (3.11+) is missing. (Checked importing on a real 3.10 too: see the closing note.)"""
+    for path in (PACKAGE / "study").rglob("*.py"):
+        ast.parse(path.read_text(), feature_version=(3, 10))
+    spec = (PACKAGE / "study" / "spec.py").read_text()
+    assert "import tomli as tomllib" in spec and "except ModuleNotFoundError" in spec

@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (the Oat profile): the same parser as a package
+    import tomli as tomllib
 
 from oat_dppo.config import ConfigError, TrainConfig, to_dict, trust_region_params, validate
-from oat_dppo.study.tomlscan import TomlSpans
 
 STUDY_KEYS = {
     "name": "the study's name (default: the file name without .toml)",
@@ -63,16 +65,11 @@ _HINTS = typing.get_type_hints(TrainConfig)
 
 
 class StudyError(ValueError):
-    """Bad study input: `errors` holds one `FILE:LINE: message` per problem."""
+    """Bad study input: `errors` holds one `FILE: [table] key: message` per problem, in file order."""
 
     def __init__(self, errors: list[str]):
-        self.errors = sorted(errors, key=_line_of)
+        self.errors = errors
         super().__init__("\n".join(self.errors))
-
-
-def _line_of(error: str) -> int:
-    m = re.match(r"[^\n]*?:(\d+): ", error)
-    return int(m.group(1)) if m else 0
 
 
 @dataclass(frozen=True)
@@ -212,21 +209,37 @@ def option_args(options: dict[str, Any]) -> list[str]:
 
 
 class _Checker:
-    def __init__(self, path: Path, text: str):
+    """Collects problems, each located by its key path (`[grid] variant.delta`, `[grid] seed = 3`)."""
+
+    def __init__(self, path: Path, data: dict):
         self.path = path
-        self.spans = TomlSpans(text)
-        self.errors: list[str] = []
-        self._seen: set[str] = set()
+        self._order = {(t, k): i for t, table in data.items() if isinstance(table, dict) for i, k in enumerate(table)}
+        self._found: dict[str, tuple] = {}  # message -> its place in the file
 
-    def error(self, line: int | None, message: str) -> None:
-        where = f"{self.path}:{line}" if line else f"{self.path}"
-        text = f"{where}: {message}"
-        if text not in self._seen:
-            self._seen.add(text)
-            self.errors.append(text)
+    def error(self, where: str | None, message: str) -> None:
+        """`message`, prefixed by `where` unless it names its location itself (starts with "[")."""
+        text = message if where is None or message.startswith("[") else f"{where}: {message}"
+        self._found.setdefault(f"{self.path}: {text}", self._place(where) + (len(self._found),))
 
-    def at(self, *path: str, key: str | None = None, value: Any = None) -> int | None:
-        return self.spans.line(tuple(path), key=key, value=value)
+    def _place(self, where: str | None) -> tuple[int, int]:
+        """(table, key) ranks of a key path in the file: [study], [base], [grid] in TABLES order."""
+        if not where:
+            return len(TABLES), 0
+        table, _, rest = where.partition("]")
+        table = table.lstrip("[")
+        key = rest.split(" = ")[0].strip().split(".")[0]
+        rank = TABLES.index(table) if table in TABLES else len(TABLES)
+        return rank, self._order.get((table, key), len(self._order))
+
+    @property
+    def errors(self) -> list[str]:
+        """In file order: [study], [base], [grid] (each in the order of its keys), then the rest."""
+        return sorted(self._found, key=self._found.__getitem__)
+
+    def at(self, *path: str, key: str | None = None, value: Any = None) -> str:
+        """The key path of a table, key, inline-table key, or (in [grid]) one of a key's values."""
+        where = f"[{path[0]}]" + (f" {path[1]}" if len(path) > 1 else "") + (f".{key}" if key else "")
+        return where + (f" = {format_value(value)}" if value is not None else "")
 
 
 def _suggest(word: str, choices) -> str:
@@ -237,21 +250,21 @@ def _suggest(word: str, choices) -> str:
 def _check_option(chk: _Checker, key: str, value: Any, table: str, axis: str, in_bundle: bool) -> tuple[Any, bool]:
     """Check one option name and value; (converted value, ok)."""
     where = (table, axis)
-    line = chk.at(*where, key=key) if in_bundle else chk.at(*where)
-    label = f"[{table}] {axis}.{key}" if in_bundle else f"[{table}] {key}"
+    loc = chk.at(*where, key=key) if in_bundle else chk.at(*where)
+    label = loc
     if key not in FIELDS:
         chk.error(
-            line,
+            loc,
             f"{label}: unknown option {key!r}{_suggest(key, FIELDS)}; valid options (python -m oat_dppo.main "
             f"--help): {', '.join(n for n in FIELDS if n not in RESERVED)}",
         )
         return value, False
     if key in RESERVED:
-        chk.error(line, f"{label}: {key} is set by the study runner ({RESERVED[key]})")
+        chk.error(loc, f"{label}: {key} is set by the study runner ({RESERVED[key]})")
         return value, False
     converted, problem = _type_check(key, value)
     if problem:
-        chk.error(chk.at(*where, key=key if in_bundle else None, value=value) if table == "grid" else line,
+        chk.error(chk.at(*where, key=key if in_bundle else None, value=value) if table == "grid" else loc,
                   f"{label}: {problem}")
         return value, False
     return converted, True
@@ -260,9 +273,9 @@ def _check_option(chk: _Checker, key: str, value: Any, table: str, axis: str, in
 def _check_study_table(chk: _Checker, table: dict, default_name: str) -> dict:
     out = {"name": default_name, "parallel": 1, "out": None, "threshold": None, "backend": "local", "final_window": 3}
     for key, value in table.items():
-        line = chk.at("study", key)
+        loc = chk.at("study", key)
         if key not in STUDY_KEYS:
-            chk.error(line, f"[study] unknown key {key!r}{_suggest(key, STUDY_KEYS)}; valid keys: {', '.join(STUDY_KEYS)}")
+            chk.error(loc, f"[study] unknown key {key!r}{_suggest(key, STUDY_KEYS)}; valid keys: {', '.join(STUDY_KEYS)}")
             continue
         ok = True
         if key in ("name", "out"):
@@ -279,7 +292,7 @@ def _check_study_table(chk: _Checker, table: dict, default_name: str) -> dict:
             ok = value in BACKENDS
             msg = f"[study] backend {value!r} is not valid; valid: {', '.join(BACKENDS)}"
         if not ok:
-            chk.error(line, msg)
+            chk.error(loc, msg)
             continue
         out[key] = value
     if out["name"] != default_name and _slug(out["name"]) != out["name"]:
@@ -292,30 +305,30 @@ def _check_grid(chk: _Checker, grid: dict) -> list[tuple[str, list[dict[str, Any
     axes: list[tuple[str, list[dict[str, Any]]]] = []
     owner: dict[str, str] = {}  # option -> the axis that sets it
     for axis, values in grid.items():
-        line = chk.at("grid", axis)
+        loc = chk.at("grid", axis)
         if not isinstance(values, list):
             hint = f"e.g. {axis} = [{format_value(values) if not isinstance(values, str) else repr(values)}]"
-            chk.error(line, f"[grid] {axis} must be a list of values ({hint}); a fixed value goes in [base]")
+            chk.error(loc, f"[grid] {axis} must be a list of values ({hint}); a fixed value goes in [base]")
             continue
         if not values:
-            chk.error(line, f"[grid] {axis} is an empty list: the study would have no runs")
+            chk.error(loc, f"[grid] {axis} is an empty list: the study would have no runs")
             continue
         tables = [isinstance(v, dict) for v in values]
         if any(tables) and not all(tables):
-            chk.error(line, f"[grid] {axis} mixes values and tables: give either a list of values or a list of "
+            chk.error(loc, f"[grid] {axis} mixes values and tables: give either a list of values or a list of "
                             "inline tables (options that vary together)")
             continue
         points: list[dict[str, Any]] = []
         ok = True
         if all(tables):  # a bundle: options that vary together
             if axis in FIELDS:
-                chk.error(line, f"[grid] {axis} is an option, so it takes a list of values; name a list of inline "
+                chk.error(loc, f"[grid] {axis} is an option, so it takes a list of values; name a list of inline "
                                 "tables something that is not an option, e.g. variant = [{...}, {...}]")
                 continue
             keys_here: set[str] = set()
             for i, entry in enumerate(values):
                 if not entry:
-                    chk.error(line, f"[grid] {axis}: entry {i + 1} is an empty table")
+                    chk.error(loc, f"[grid] {axis}: entry {i + 1} is an empty table")
                     ok = False
                     continue
                 point = {}
@@ -341,7 +354,7 @@ def _check_grid(chk: _Checker, grid: dict) -> list[tuple[str, list[dict[str, Any
                 ok = False
         for key in sorted(set_keys):
             if key in owner:
-                chk.error(line, f"[grid] {axis} sets {key}, which [grid] {owner[key]} already varies: "
+                chk.error(loc, f"[grid] {axis} sets {key}, which [grid] {owner[key]} already varies: "
                                 "vary each option in one place (bundle them if they vary together)")
                 ok = False
             owner.setdefault(key, axis)
@@ -360,8 +373,8 @@ def _flags_in(message: str) -> list[str]:
     return names
 
 
-def _locate(chk: _Checker, run: RunSpec, names: list[str]) -> int | None:
-    """The line of the first of `names` that the study sets for this run (grid first)."""
+def _locate(chk: _Checker, run: RunSpec, names: list[str]) -> str | None:
+    """Where the study sets the first of `names` for this run (grid first), as a key path."""
     origins = [(n, run.origins[n]) for n in names if n in run.origins]
     origins.sort(key=lambda p: p[1].table != "grid")
     for name, o in origins:
@@ -397,10 +410,10 @@ def _check_runs(chk: _Checker, runs: list[RunSpec]) -> None:
 
     names = available()
     env_checked: dict[str, str | None] = {}
-    found: dict[tuple[int | None, str], list[str]] = {}  # (line, problem) -> runs with it
+    found: dict[tuple[str | None, str], list[str]] = {}  # (where, problem) -> runs with it
 
-    def problem(line: int | None, message: str, run: RunSpec) -> None:
-        found.setdefault((line, message), []).append(run.name)
+    def problem(where: str | None, message: str, run: RunSpec) -> None:
+        found.setdefault((where, message), []).append(run.name)
 
     for run in runs:
         cfg = run.config
@@ -425,9 +438,9 @@ def _check_runs(chk: _Checker, runs: list[RunSpec]) -> None:
             env_checked[cfg.env] = _env_problem(cfg.env)
         if env_checked[cfg.env]:
             problem(_locate(chk, run, ["env"]), env_checked[cfg.env], run)
-    for (line, message), names_hit in found.items():
+    for (where, message), names_hit in found.items():
         more = f" (and {len(names_hit) - 1} more)" if len(names_hit) > 1 else ""
-        chk.error(line, f"run {names_hit[0]}{more}: {message}")
+        chk.error(where, f"run {names_hit[0]}{more}: {message}")
 
 
 def load_study(path: str | Path, *, parallel: int | None = None) -> Study:
@@ -441,12 +454,9 @@ def load_study(path: str | Path, *, parallel: int | None = None) -> Study:
         raise StudyError([f"{path}: cannot read the study file ({e.strerror or e})"]) from None
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        msg = str(e)
-        m = re.search(r"\(at line (\d+), column \d+\)", msg)
-        where = f"{path}:{m.group(1)}" if m else str(path)
-        raise StudyError([f"{where}: not valid TOML: {msg}"]) from None
-    chk = _Checker(path, text)
+    except tomllib.TOMLDecodeError as e:  # its message names the line and column
+        raise StudyError([f"{path}: not valid TOML: {e}"]) from None
+    chk = _Checker(path, data)
     for key, value in data.items():
         if key not in TABLES:
             chk.error(chk.at(key), f"unknown table or key {key!r}{_suggest(key, TABLES)}; a study file has the "
