@@ -4,4 +4,16 @@ The trust region (`oat_dppo.trust_region`) is pure torch and the public contract
 (environments, agent loop, local and Oat backends) calls it.
 """
 
-__version__ = "0.1.0"
+import logging
+
+__version__ = "0.2.0"
+
+
+def _quiet_deepspeed_accelerator_detection(record: logging.LogRecord) -> bool:
+    """DeepSpeed, where it is installed (the Oat profile, the test environment), logs which accelerator
+    it detected whenever transformers, accelerate or peft import it: two lines on every command,
+    DeepSpeed used or not. Only those two are dropped; every other DeepSpeed message passes."""
+    return not record.pathname.replace("\\", "/").endswith("accelerator/real_accelerator.py")
+
+
+logging.getLogger("DeepSpeed").addFilter(_quiet_deepspeed_accelerator_detection)

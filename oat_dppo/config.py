@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal, Optional
 
 import tyro
 
+from oat_dppo.cli import opt
+
 Backend = Literal["auto", "local", "oat"]
 EngineChoice = Literal["auto", "hf", "vllm"]
 LogTo = Literal["tensorboard", "wandb", "none"]
@@ -29,9 +31,6 @@ def _alias(*names: str):
     return tyro.conf.arg(aliases=names)
 
 
-def opt(default: Any, help: str) -> Any:
-    """A field with its help text: tyro shows it, and the Oat backend's argument class copies it."""
-    return dataclasses.field(default=default, metadata={"help": help})
 
 
 @dataclass

@@ -17,9 +17,11 @@ from typing import Optional
 
 import tyro
 
+from oat_dppo.cli import fail
+from oat_dppo.cli import parse as parse_cli
 from oat_dppo.config import Backend, ConfigError, TrainConfig, from_dict, validate
+from oat_dppo.rundir import RunDir, RunDirError, checkpoint_exists
 
-EXIT_BAD_INPUT = 2
 GPU_GUIDE = "docs/gpu.md"
 PROG = "python -m oat_dppo.main"
 # What --resume may change: how long the run goes on, and how it is watched. Everything else would
@@ -37,7 +39,8 @@ class _Route:
 
 
 def route(argv: list[str]) -> _Route:
-    """--backend and --resume alone (the other options, and --help, are read afterwards)."""
+    """--backend and --resume alone (the other options, and --help, are read afterwards): tyro's
+    partial parse, so that a command line with Oat's options reaches Oat's parser whole."""
     args = [a for a in argv if a not in ("-h", "--help")]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -50,12 +53,10 @@ def parse(argv: list[str]) -> TrainConfig:
     (`resumed_config` then refuses options a resume cannot change)."""
     resume = route(argv).resume
     if resume is None:
-        return tyro.cli(TrainConfig, args=argv, prog=PROG)
-    from oat_dppo.rundir import RunDir
-
+        return parse_cli(TrainConfig, argv, prog=PROG)
     saved = from_dict(RunDir(resume, create=False).read_config())
     saved.resume = None
-    return resumed_config(saved, tyro.cli(TrainConfig, args=argv, default=dataclasses.replace(saved), prog=PROG))
+    return resumed_config(saved, parse_cli(TrainConfig, argv, prog=PROG, default=dataclasses.replace(saved)))
 
 
 def resumed_config(saved: TrainConfig, requested: TrainConfig) -> TrainConfig:
@@ -74,7 +75,7 @@ def resumed_config(saved: TrainConfig, requested: TrainConfig) -> TrainConfig:
 def missing_for_oat() -> list[str]:
     """What the Oat backend needs that this machine lacks (by installed distributions: the test
     suite's vllm/launchpad import fakes make `find_spec` lie)."""
-    from oat_dppo.backends.oat.availability import missing
+    from oat_dppo.backends.oat.availability import missing  # imports torch (for CUDA): only when asked
 
     return missing()
 
@@ -87,7 +88,7 @@ def wants_oat(argv: list[str]) -> bool:
         return True
     if r.backend != "auto" or r.resume is not None:
         return False
-    from oat_dppo.backends.oat.availability import missing_packages
+    from oat_dppo.backends.oat.availability import missing_packages  # cheap, but only for --backend auto
 
     return not missing_packages() and not missing_for_oat()  # packages first: no torch import otherwise
 
@@ -115,14 +116,12 @@ def default_run_dir(cfg: TrainConfig) -> str:
 def run(cfg: TrainConfig) -> int:
     """Check `cfg`, then train. A new run's directory is created only once everything that bad input
     can break (strategy, environment, model, engine) has been built."""
-    from oat_dppo.rundir import RunDir, RunDirError, checkpoint_exists
-
     validate(cfg)
     if choose_backend(cfg) == "oat":
         from oat_dppo.backends.oat import launch  # noqa: PLC0415 (GPU only)
 
         return launch(cfg)
-    from oat_dppo.backends.local import LocalTrainer, resolve_engine
+    from oat_dppo.backends.local import LocalTrainer, resolve_engine  # torch, transformers: not for --help
 
     cfg.engine = resolve_engine(cfg)
     resume = cfg.resume is not None
@@ -154,14 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as e:  # expected bad-input errors become one line; anything else is a bug
         if _is_bad_input(e):
-            print(f"error: {e}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            return fail(str(e))
         raise
 
 
 def _is_bad_input(e: Exception) -> bool:
-    from oat_dppo.rundir import RunDirError
-
     names = {"ConfigError", "RunDirError", "UnknownEnvError", "DatasetUnavailableError", "ModelNotFoundError"}
     return isinstance(e, (ConfigError, RunDirError)) or type(e).__name__ in names
 

@@ -7,6 +7,7 @@ It owns prompt rendering, tokenization, action text, multi-turn bookkeeping and 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -75,8 +76,6 @@ def play_episodes(
     that outgrows the model's context ends its episode (counted in `context_truncations`); the turns
     played before it stay trainable.
     """
-    import time
-
     clock = clock or time.perf_counter
     if len(envs) != len(seeds):
         raise ValueError(f"one seed per env: got {len(envs)} envs and {len(seeds)} seeds")

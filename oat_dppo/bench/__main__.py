@@ -1,29 +1,39 @@
-"""`python -m oat_dppo.bench <benchmark> [options]`: measured ratios, printed as Markdown tables."""
+"""`python -m oat_dppo.bench <benchmark> [options]`: measured ratios, printed as Markdown tables.
+
+`python -m oat_dppo.bench <benchmark> --help` lists that benchmark's options; docs/benchmarks*.md
+hold the numbers measured so far, each with the command that produced it.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
+from oat_dppo.cli import fail
+
+# name -> (module, what it measures)
 BENCHMARKS = {
-    "trust-region": "oat_dppo.bench.trust_region",
-    "engine": "oat_dppo.bench.engine",
-    "local": "oat_dppo.bench.local",
-    "oat": "oat_dppo.bench.oat",
-    "head": "oat_dppo.bench.head",
-    "gpu": "oat_dppo.bench.gpu",
+    "trust-region": ("oat_dppo.bench.trust_region", "every strategy's forward + backward and memory vs pg_is"),
+    "engine": ("oat_dppo.bench.engine", "HF generate throughput (new tokens/s) of one batched call"),
+    "local": ("oat_dppo.bench.local", "the local backend end to end: where an iteration's time goes, learner vs "
+                                      "a bare loop"),
+    "oat": ("oat_dppo.bench.oat", "the Oat learner step vs stock Oat PPO, on CPU"),
+    "head": ("oat_dppo.bench.head", "the LM head in checkpointed blocks: peak memory and time"),
+    "gpu": ("oat_dppo.bench.gpu", "one GPU: vLLM rollout, weight sync, learner, and the mismatch table"),
 }
+USAGE = "usage: python -m oat_dppo.bench {" + ",".join(BENCHMARKS) + "} [--help | options]"
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in BENCHMARKS:
-        print("usage: python -m oat_dppo.bench {" + ",".join(BENCHMARKS) + "} [--help | options]")
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"unknown benchmark {argv[0]!r}", file=sys.stderr)
-            return 2
-        return 0
-    import importlib
-
-    return importlib.import_module(BENCHMARKS[argv[0]]).main(argv[1:])
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE + "\n\n" + __doc__.split("\n\n")[0].split(": ", 1)[1] + "\n\nbenchmarks:")
+        for name, (_, what) in BENCHMARKS.items():
+            print(f"  {name:<14}{what}")
+        return 0 if argv else 2
+    if argv[0] not in BENCHMARKS:
+        print(USAGE, file=sys.stderr)
+        return fail(f"unknown benchmark {argv[0]!r}; choose one of {', '.join(BENCHMARKS)}")
+    return importlib.import_module(BENCHMARKS[argv[0]][0]).main(argv[1:])
 
 
 if __name__ == "__main__":

@@ -10,12 +10,13 @@ one warm-up call.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
+from oat_dppo.cli import opt, parse
 from oat_dppo.engine.hf import HFEngine
 from oat_dppo.models import load_policy
 
@@ -54,23 +55,26 @@ def bench(name: str, batch: int, new_tokens: int, topk: int, reps: int) -> dict:
     )
 
 
+@dataclass
+class Config:
+    models: tuple[str, ...] = opt(("tiny-qwen3", "smollm2"), "models to time (`--model` names of the main job)")
+    batch: int = opt(8, "prompts per generate call")
+    new_tokens: int = opt(32, "tokens sampled per prompt (stop tokens disabled: every row runs to the budget)")
+    topk: int = opt(0, "K of mu's top-K log-probs recorded per token (0: the sampled token's only)")
+    reps: int = opt(3, "timed calls after one warm-up call (best and median reported)")
+    threads: int = opt(0, "torch intra-op threads (0: torch's default)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=["tiny-qwen3", "smollm2"])
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--topk", type=int, default=0)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, "
-          f"{args.new_tokens} new tokens, topk {args.topk}")
+    cfg = parse(Config, argv, prog="python -m oat_dppo.bench engine", description=__doc__)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {cfg.batch}, "
+          f"{cfg.new_tokens} new tokens, topk {cfg.topk}")
     head = ("model", "params M", "prompt", "load s", "best tok/s", "median tok/s", "call s")
     print("{:<12} {:>8} {:>6} {:>7} {:>10} {:>12} {:>7}".format(*head))
-    for name in args.models:
-        r = bench(name, args.batch, args.new_tokens, args.topk, args.reps)
+    for name in cfg.models:
+        r = bench(name, cfg.batch, cfg.new_tokens, cfg.topk, cfg.reps)
         print(f"{r['model']:<12} {r['params_m']:>8.2f} {r['prompt_len']:>6} {r['load_s']:>7.2f} "
               f"{r['best_tok_s']:>10.0f} {r['median_tok_s']:>12.0f} {r['best_s']:>7.2f}", flush=True)
     return 0

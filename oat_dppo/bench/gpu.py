@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import tyro
+
+from oat_dppo.cli import fail, parse
 
 TARGET_VS_BARE = 0.9
 TARGET_VS_HF = 5.0
@@ -371,15 +372,13 @@ def format_tables(results: dict, cfg: Config) -> str:
 def main(argv: list[str] | None = None) -> int:
     from oat_dppo.engine.vllm import vllm_unavailable
 
-    cfg = tyro.cli(Config, args=argv, prog="python -m oat_dppo.bench gpu", description=__doc__)
+    cfg = parse(Config, argv, prog="python -m oat_dppo.bench gpu", description=__doc__)
     bad = [s for s in cfg.sections if s not in ("rollout", "learner", "mismatch")]
     if bad:
-        print(f"error: --sections {' '.join(bad)}: expected rollout, learner or mismatch", file=sys.stderr)
-        return 2
+        return fail(f"--sections {' '.join(bad)}: expected rollout, learner or mismatch")
     why = vllm_unavailable()
     if why:
-        print(f"error: bench gpu needs {why}", file=sys.stderr)
-        return 2
+        return fail(f"bench gpu needs {why}")
     results = run(cfg, progress=lambda s: print(s, file=sys.stderr, flush=True))
     text = format_tables(results, cfg)
     print(text, flush=True)

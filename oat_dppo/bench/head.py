@@ -23,38 +23,29 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from oat_dppo.bench.cli import config_parser
 from oat_dppo.bench.memory import AllocationTracker, in_fresh_process, peak_rss_delta
+from oat_dppo.cli import fail, opt, parse
 
 TARGET_TIME = 1.35  # one extra head forward on top of forward + backward (~3 head matmuls)
 
 
 @dataclass
 class Config:
-    vocab: int = 49152
-    hidden: int = 576
-    tokens: int = 2048
-    sequences: int = 4
-    prompt: int = 64
-    chunks: str = "0,256,1024"
-    reps: int = 3
-    warmup: int = 1
-    threads: int = 1
-    seed: int = 0
+    vocab: int = opt(49152, "vocabulary size V (SmolLM2 49152, Qwen3 151936)")
+    hidden: int = opt(576, "hidden size H (SmolLM2 576)")
+    tokens: int = opt(2048, "response tokens in the micro-batch (N): the head computes [N, V] logits")
+    sequences: int = opt(4, "sequences the response tokens are split over")
+    prompt: int = opt(64, "prompt tokens per sequence")
+    chunks: str = opt(
+        "0,256,1024",
+        "comma-separated --logits-chunk-tokens values to compare; 0 (one block) is the baseline",
+    )
+    reps: int = opt(3, "timed repetitions, round-robin across settings (best reported)")
+    warmup: int = opt(1, "untimed repetitions first")
+    threads: int = opt(1, "torch intra-op threads")
+    seed: int = opt(0, "seed of the model and the batch")
 
 
-HELP = {
-    "vocab": "vocabulary size V (SmolLM2 49152, Qwen3 151936)",
-    "hidden": "hidden size H (SmolLM2 576)",
-    "tokens": "response tokens in the micro-batch (N): the head computes [N, V] logits",
-    "sequences": "sequences the response tokens are split over",
-    "prompt": "prompt tokens per sequence",
-    "chunks": "comma-separated --logits-chunk-tokens values to compare; 0 (one block) is the baseline",
-    "reps": "timed repetitions, round-robin across settings (best reported)",
-    "warmup": "untimed repetitions first",
-    "threads": "torch intra-op threads",
-    "seed": "seed of the model and the batch",
-}
 
 
 def build(cfg: Config):
@@ -102,9 +93,9 @@ def parse_chunks(text: str) -> list[int]:
     try:
         chunks = sorted({int(c) for c in text.split(",") if c.strip()})
     except ValueError:
-        raise SystemExit(f"--chunks: comma-separated integers, got {text!r}")
+        raise ValueError(f"--chunks: comma-separated integers, got {text!r}") from None
     if not chunks or chunks[0] < 0:
-        raise SystemExit(f"--chunks: integers >= 0, got {text!r}")
+        raise ValueError(f"--chunks: integers >= 0, got {text!r}")
     return chunks if chunks[0] == 0 else [0, *chunks]  # the one-block baseline always runs
 
 
@@ -176,8 +167,11 @@ def format_table(rows: list[dict], cfg: Config, n_tokens: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = config_parser("python -m oat_dppo.bench head", __doc__, Config(), HELP)
-    cfg = Config(**vars(p.parse_args(argv)))
+    cfg = parse(Config, argv, prog="python -m oat_dppo.bench head", description=__doc__)
+    try:
+        parse_chunks(cfg.chunks)  # bad input fails before any work
+    except ValueError as e:
+        return fail(str(e))
     n_tokens = (cfg.tokens // cfg.sequences) * cfg.sequences
     print(format_table(run(cfg), cfg, n_tokens), flush=True)
     return 0

@@ -42,6 +42,7 @@ import gc
 import math
 import random
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from typing import Any, Callable
 
 import torch
 
-from oat_dppo.bench.cli import config_parser
+from oat_dppo.cli import fail, opt, parse
 
 MODELS = ("tiny-qwen3", "smollm2")
 DEFAULT_ENVS = "game:GuessTheNumber-v0-easy,rg:arc_1d"
@@ -59,20 +60,20 @@ TARGET_LEARNER_VS_BARE = 0.90  # learner tokens/s at least this fraction of the 
 
 @dataclass
 class Config:
-    model: str = "both"
-    env: str = DEFAULT_ENVS
-    episodes: int = 16
-    iterations: int = 3
-    warmup: int = 1
-    max_new_tokens: int = 64
-    response_prefix: str = "\\boxed{"
-    trust_region: str = "dppo_binary_tv"
-    mini_batch_size: int = 16
-    micro_batch_size: int = 4
-    compare_turns: int = 16  # turns in the learner-vs-bare comparison (0: the whole last batch)
-    reps: int = 3
-    threads: int = 1
-    seed: int = 0
+    model: str = opt("both", "models to time: tiny-qwen3, smollm2, a comma-separated list of them, or 'both'")
+    env: str = opt(DEFAULT_ENVS, "GEM environment ids, comma-separated")
+    episodes: int = opt(16, "episodes per iteration")
+    iterations: int = opt(3, "timed iterations per (model, env)")
+    warmup: int = opt(1, "untimed iterations first (model load, allocator and kernel warm-up)")
+    max_new_tokens: int = opt(64, "response token cap per turn")
+    response_prefix: str = opt("\\boxed{", "pre-filled start of every response (part of the prompt)")
+    trust_region: str = opt("dppo_binary_tv", "trust region of the learner")
+    mini_batch_size: int = opt(16, "turns per optimizer step")
+    micro_batch_size: int = opt(4, "turns per forward/backward")
+    compare_turns: int = opt(16, "turns in the learner-vs-bare-loop comparison (0: the whole last batch)")
+    reps: int = opt(3, "round-robin repetitions of that comparison (the fastest counts; 0: skip it)")
+    threads: int = opt(1, "torch intra-op threads (1 is fastest on a shared 2-core machine)")
+    seed: int = opt(0, "run seed (episodes, sampling, initial weights of tiny models)")
 
     def models(self) -> list[str]:
         return list(MODELS) if self.model == "both" else [m.strip() for m in self.model.split(",") if m.strip()]
@@ -81,22 +82,6 @@ class Config:
         return [e.strip() for e in self.env.split(",") if e.strip()]
 
 
-HELP = {
-    "model": f"models to time: {', '.join(MODELS)}, a comma-separated list of them, or 'both'",
-    "env": "GEM environment ids, comma-separated",
-    "episodes": "episodes per iteration",
-    "iterations": "timed iterations per (model, env)",
-    "warmup": "untimed iterations first (model load, allocator and kernel warm-up)",
-    "max_new_tokens": "response token cap per turn",
-    "response_prefix": "pre-filled start of every response (part of the prompt)",
-    "trust_region": "trust region of the learner",
-    "mini_batch_size": "turns per optimizer step",
-    "micro_batch_size": "turns per forward/backward",
-    "compare_turns": "turns in the learner-vs-bare-loop comparison (0: the whole last batch)",
-    "reps": "round-robin repetitions of that comparison (the fastest counts; 0: skip it)",
-    "threads": "torch intra-op threads (1 is fastest on a shared 2-core machine)",
-    "seed": "run seed (episodes, sampling, initial weights of tiny models)",
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,13 +403,10 @@ def format_table(rows: list[dict], cfg: Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import sys
-
-    p = config_parser("python -m oat_dppo.bench local", __doc__, Config(), HELP)
-    cfg = Config(**vars(p.parse_args(argv)))
+    cfg = parse(Config, argv, prog="python -m oat_dppo.bench local", description=__doc__)
     for m in cfg.models():
         if m not in MODELS:
-            p.error(f"--model {m!r}: expected one of {', '.join(MODELS)} or both")
+            return fail(f"--model {m!r}: expected one of {', '.join(MODELS)} or both")
     rows = run(cfg, progress=lambda s: print(s, file=sys.stderr, flush=True))
     print(format_table(rows, cfg), flush=True)
     return 0

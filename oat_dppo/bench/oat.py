@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from oat_dppo.bench.cli import config_parser
+from oat_dppo.cli import opt, parse
 
 TARGET_BINARY_VS_STOCK = 0.8
 TARGET_TOPK_VS_BINARY = 1.15
@@ -41,32 +41,22 @@ TARGET_TOPK_VS_BINARY = 1.15
 
 @dataclass
 class Config:
-    batch: int = 16
-    mb: int = 2
-    words: int = 40  # prompt and response lengths are drawn from [words / 2, words] words (~5 bytes each)
-    hidden: int = 256
-    layers: int = 4
-    vocab: int = 0  # 0: the byte tokenizer's 259; larger pads the embedding (LM-head cost of a real vocabulary)
-    topk: int = 20
-    reps: int = 7
-    warmup: int = 2
-    threads: int = 1
-    seed: int = 0
+    batch: int = opt(16, "transitions per learning step")
+    mb: int = opt(2, "micro-batch size (Oat's train_batch_size_per_device)")
+    words: int = opt(40, "prompt and response lengths are drawn from [words / 2, words] words")
+    hidden: int = opt(256, "hidden size of the tiny Qwen3 policy")
+    layers: int = opt(4, "its number of layers")
+    vocab: int = opt(
+        0,
+        "vocabulary size (0: the byte tokenizer's 259; larger pads the embedding like a real vocabulary)",
+    )
+    topk: int = opt(20, "K of the top-K strategy timed")
+    reps: int = opt(7, "timed repetitions, interleaved across learners (the best counts)")
+    warmup: int = opt(2, "untimed repetitions first")
+    threads: int = opt(1, "torch intra-op threads")
+    seed: int = opt(0, "seed of the synthetic batch and the weights")
 
 
-HELP = {
-    "batch": "transitions per learning step",
-    "mb": "micro-batch size (Oat's train_batch_size_per_device)",
-    "words": "prompt and response lengths are drawn from [words / 2, words] words",
-    "hidden": "hidden size of the tiny Qwen3 policy",
-    "layers": "its number of layers",
-    "vocab": "vocabulary size (0: the byte tokenizer's 259; larger pads the embedding like a real vocabulary)",
-    "topk": "K of the top-K strategy timed",
-    "reps": "timed repetitions, interleaved across learners (the best counts)",
-    "warmup": "untimed repetitions first",
-    "threads": "torch intra-op threads",
-    "seed": "seed of the synthetic batch and the weights",
-}
 
 
 def _harness():
@@ -187,7 +177,6 @@ def format_table(res: dict, cfg: Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = config_parser("python -m oat_dppo.bench oat", __doc__, Config(), HELP)
-    cfg = Config(**vars(p.parse_args(argv)))
+    cfg = parse(Config, argv, prog="python -m oat_dppo.bench oat", description=__doc__)
     print(format_table(run(cfg), cfg), flush=True)
     return 0

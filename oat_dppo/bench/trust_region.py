@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from oat_dppo.bench.cli import config_parser
 from oat_dppo.bench.memory import AllocationTracker, in_fresh_process, peak_rss_delta
+from oat_dppo.cli import opt, parse
 from oat_dppo.trust_region import TrustRegionInputs, aggregate, available, make_trust_region
 
 TARGET_BINARY = 1.3
@@ -32,27 +32,19 @@ TARGET_TOPK = 3.0
 
 @dataclass
 class Config:
-    batch: int = 64
-    seq: int = 4096
-    topk: int = 20
-    reps: int = 10
-    warmup: int = 3
-    threads: int = 1
-    seed: int = 0
-    topk_other: int = 1
+    batch: int = opt(64, "sequences (B)")
+    seq: int = opt(4096, "tokens per sequence (T)")
+    topk: int = opt(20, "K of the top-K strategies (K + 1 slots with the sampled token)")
+    reps: int = opt(10, "timed repetitions, round-robin across strategies (best and median reported)")
+    warmup: int = opt(3, "untimed repetitions first")
+    threads: int = opt(1, "torch intra-op threads")
+    seed: int = opt(0, "seed of the synthetic inputs")
+    topk_other: int = opt(
+        1,
+        "1: the inputs carry pi's mass outside the K + 1 slots (topk_other_logp), as the learner's do; 0: the slots alone",
+    )
 
 
-HELP = {
-    "batch": "sequences (B)",
-    "seq": "tokens per sequence (T)",
-    "topk": "K of the top-K strategies (K + 1 slots with the sampled token)",
-    "reps": "timed repetitions, round-robin across strategies (best and median reported)",
-    "warmup": "untimed repetitions first",
-    "threads": "torch intra-op threads",
-    "seed": "seed of the synthetic inputs",
-    "topk_other": "1: the inputs carry pi's mass outside the K + 1 slots (topk_other_logp), as the learner's "
-                  "do; 0: the slots alone",
-}
 
 
 def make_inputs(cfg: Config, with_topk: bool) -> TrustRegionInputs:
@@ -147,7 +139,6 @@ def format_table(rows: list[dict], cfg: Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = config_parser("python -m oat_dppo.bench trust-region", __doc__, Config(), HELP)
-    cfg = Config(**vars(p.parse_args(argv)))
+    cfg = parse(Config, argv, prog="python -m oat_dppo.bench trust-region", description=__doc__)
     print(format_table(run(cfg), cfg), flush=True)
     return 0

@@ -14,9 +14,15 @@ the raw logits (V1's default `logprobs_mode`), before any of these, so other val
 recorded mu wrong (the configuration refuses them for training).
 
 Both vLLM generations run through this module: 0.8.4 (Oat 0.2.4's pin; Python 3.10, torch 2.6)
-and 0.25 (built for torch 2.11 / CUDA 13). Where their APIs differ, one small function says how
-(`_logprob_maps`, `_worker_model`, `max_model_len`). Imports without vLLM: `vllm` is imported
-by `ColocatedVLLM.launch` only.
+and 0.25 (built for torch 2.11 / CUDA 13). What it uses is common to both (read in both releases'
+sources): token-id prompts as `{"prompt_token_ids": ...}` dicts (0.25 dropped `generate`'s
+`prompt_token_ids=` keyword), `top_k=-1` (0.8.4 rejects 0), `collective_rpc` with a callable run on
+the worker in process, `worker.get_model()`, `reset_prefix_cache()` without arguments, and
+`llm_engine.model_config.max_model_len`. A small function says how where the two could differ
+(`_logprob_maps`, `_worker_model`, `max_model_len`). On 0.8.4, `--vllm-dtype float32` (or a GGUF
+model) falls back to the V0 engine, which works in process too; its log-probs are then taken after
+the sampling processors, which are all off here, so they equal the raw ones. Imports without vLLM:
+`vllm` is imported by `ColocatedVLLM.launch` only.
 """
 
 from __future__ import annotations
@@ -38,8 +44,8 @@ GenerateFn = Callable[[list, list], list]
 
 
 def _logprob_maps(completion: Any) -> Sequence | None:
-    """Per-position `{token_id: Logprob}` maps of a completion. vLLM 0.8.4 returns a list of dicts;
-    later releases may return a flat container (`FlatLogprobs`) whose items are position maps too."""
+    """Per-position `{token_id: Logprob}` maps of a completion: a list of dicts in 0.8.4 and, by
+    default, in 0.25 (whose opt-in `FlatLogprobs` also indexes to one dict per position)."""
     return completion.logprobs
 
 
@@ -144,6 +150,9 @@ class VLLMEngine:
                 # top-K strategies ask for K, which vLLM caps at max_logprobs (set at construction).
                 logprobs=max(topk, 1),
                 stop_token_ids=self.stop_token_ids or None,
+                # Token ids are what the agent loop reads: the text would be decoded for nothing
+                # (accepted by 0.8.4's V1 and 0.25; this project sets no stop strings, which need text).
+                detokenize=False,
                 # Distinct per request: group members share a prompt and must not share a sample.
                 seed=None if seed is None else (seed + i) & 0x7FFFFFFF,
             )
@@ -205,10 +214,9 @@ def _load_weights_on_worker(worker: Any, weights: list) -> int:
 
 
 def _worker_model(worker: Any) -> Any:
-    """The vLLM model module of a worker: `worker.model_runner.model` in 0.8.4 (V1) and 0.25."""
-    runner = worker.model_runner
-    get_model = getattr(runner, "get_model", None)
-    return get_model() if callable(get_model) else runner.model
+    """The vLLM model module of a worker. `worker.get_model()` exists in 0.8.4 (V0 and V1) and 0.25;
+    0.25's `model_runner.model` may be a CUDA-graph wrapper, which `get_model()` unwraps."""
+    return worker.get_model()
 
 
 def max_model_len(llm: Any) -> int | None:

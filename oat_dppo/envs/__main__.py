@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import defaultdict
-from dataclasses import fields
+from dataclasses import dataclass, fields
+from typing import Annotated, Optional
+
+import tyro
+
+from oat_dppo.cli import opt, parse
 
 _FAMILY_ORDER = ("game", "rg", "math", "eval", "code", "qa", "logic")
 
@@ -38,20 +42,25 @@ def _print_preset(env_id: str) -> None:
         print(f"{f.name:18} {dict(value) if f.name == 'env_kwargs' else value!r}")
 
 
+PROG = "python -m oat_dppo.envs"
+DESCRIPTION = "Text environments of oat_dppo: list the ids (--list), show an id's preset (--show ENV_ID)."
+
+
+@dataclass
+class EnvsArgs:
+    list: bool = opt(False, "print every known environment id, by family")
+    show: Annotated[Optional[str], tyro.conf.arg(metavar="ENV_ID")] = opt(
+        None, "print the preset (defaults) of this environment id")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m oat_dppo.envs",
-        description="Text environments of oat_dppo: list the ids, show an id's preset.",
-    )
-    parser.add_argument("--list", action="store_true", help="print every known environment id, by family")
-    parser.add_argument("--show", metavar="ENV_ID", help="print the preset (defaults) of ENV_ID")
-    args = parser.parse_args(argv)
+    args = parse(EnvsArgs, argv, prog=PROG, description=DESCRIPTION)
     if args.list:
         _print_ids()
     if args.show:
         _print_preset(args.show)
     if not (args.list or args.show):
-        parser.print_help()
+        parse(EnvsArgs, ["--help"], prog=PROG, description=DESCRIPTION)
     return 0
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 
@@ -12,8 +13,6 @@ def import_gem() -> Any:
 
     GEM configures the ROOT logger on import; in a program that has not configured logging, that
     would switch every library's INFO messages on. Undo exactly that and nothing else."""
-    import sys
-
     if "gem" in sys.modules:
         return sys.modules["gem"]
     root = logging.getLogger()

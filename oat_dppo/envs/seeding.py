@@ -15,6 +15,8 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+import numpy as np
+
 _SWAP_LOCK = threading.RLock()
 
 
@@ -22,8 +24,6 @@ class PrivateGlobalRNG:
     """A saved `random` + `np.random` global state that `active()` installs for a block of code."""
 
     def __init__(self, seed: int):
-        import numpy as np
-
         # String seeds hash deterministically (sha512), so this is stable across processes.
         self._py_state = random.Random(f"oat_dppo.envs.global:{seed}").getstate()
         self._np_state: Any = np.random.RandomState(
@@ -32,8 +32,6 @@ class PrivateGlobalRNG:
 
     @contextmanager
     def active(self) -> Iterator[None]:
-        import numpy as np
-
         with _SWAP_LOCK:
             outer_py, outer_np = random.getstate(), np.random.get_state()
             random.setstate(self._py_state)

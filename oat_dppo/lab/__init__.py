@@ -9,7 +9,6 @@ answer and a sequence-level reward, and a GRPO-style trainer that plugs in any t
 """
 
 from oat_dppo.lab.config import SimConfig
-
 from oat_dppo.lab.trainer import run_simulation
 
 __all__ = ["EXPERIMENTS", "SimConfig", "StrategySpec", "run_simulation"]

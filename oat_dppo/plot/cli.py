@@ -6,11 +6,14 @@ matplotlib is imported only once the input has been checked; torch never.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Annotated, Literal, Optional, Sequence
 
+import tyro
+
+from oat_dppo.cli import fail, opt, parse
 from oat_dppo.plot.data import (
     IGNORED_CONFIG_KEYS,
     METRICS_FILE,
@@ -35,74 +38,34 @@ examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m oat_dppo.plot",
-        description=(
-            "Plot training curves (reward, kept fraction, |pi - mu|, entropy, ...) of one or more runs as PNGs:\n"
-            "one <panel>.png per metric and overview.png with all of them. Runs are grouped by a config key\n"
-            "(trust_region by default); runs of a group that differ only by seed are drawn as their mean\n"
-            "with a shaded band over the seeds, a group of one run as a plain line."
-        ),
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "paths",
-        nargs="+",
-        metavar="RUN_DIR",
-        help=f"a run directory (with {METRICS_FILE} and config.json), or a directory searched for them",
-    )
-    p.add_argument(
-        "--out",
-        metavar="DIR",
-        type=Path,
-        help="where the PNGs go (created; default: the run directory when there is one run, else ./plots)",
-    )
-    p.add_argument(
-        "--x",
-        choices=("iteration", "wall_time"),
-        default="iteration",
-        help="x axis: training iteration, or wall time since the run started (mean over seeds) (default: iteration)",
-    )
-    p.add_argument(
-        "--metrics",
-        metavar="A,B,C",
-        default=",".join(DEFAULT_PANELS),
-        help="comma-separated panel names or metric keys, one panel each (default: %(default)s); "
-        "a metric no run logged is skipped with a warning",
-    )
-    p.add_argument(
-        "--group-by",
-        metavar="KEY",
-        default="trust_region",
-        help="config.json key whose value labels and groups the runs, e.g. env, model, delta, or run_name "
-        "(falls back to the directory name) (default: %(default)s)",
-    )
-    p.add_argument(
-        "--band",
-        choices=("std", "minmax"),
-        default="std",
-        help="shaded band over seeds: mean +/- population std, or min-max (default: %(default)s)",
-    )
-    p.add_argument(
-        "--smooth",
-        metavar="N",
-        type=int,
-        default=1,
-        help="trailing moving average over each run's last N logged points, before averaging seeds "
-        "(default: 1, none)",
-    )
-    p.add_argument(
-        "--ignore-keys",
-        metavar="A,B",
-        default="",
-        help="more config keys in which runs of a group may differ and still be averaged as seeds "
-        f"(always: {', '.join(sorted(IGNORED_CONFIG_KEYS))}); '*' averages every run of a group",
-    )
-    p.add_argument("--title", metavar="TEXT", help="figure title (default: shared env and model, band, smoothing)")
-    p.add_argument("--list-metrics", action="store_true", help="print the metric keys the runs logged, and exit")
-    return p
+DESCRIPTION = (
+    "Plot training curves (reward, kept fraction, |pi - mu|, entropy, ...) of one or more runs as PNGs: one "
+    "<panel>.png per metric and overview.png with all of them. Runs are grouped by a config key (trust_region "
+    "by default); runs of a group that differ only by seed are drawn as their mean with a shaded band over the "
+    "seeds, a group of one run as a plain line.\n\n" + EPILOG
+)
+
+
+@dataclass
+class PlotArgs:
+    paths: Annotated[tyro.conf.Positional[tuple[str, ...]], tyro.conf.arg(metavar="RUN_DIR ...")] = field(
+        metadata={"help": f"run directories (with {METRICS_FILE} and config.json), or directories searched for them"})
+    out: Annotated[Optional[str], tyro.conf.arg(metavar="DIR")] = opt(None, "where the PNGs go (created; default: the run directory when there is one run, "
+                                   "else ./plots)")
+    x: Literal["iteration", "wall_time"] = opt("iteration", "x axis: training iteration, or wall time since the run "
+                                                             "started (mean over seeds)")
+    metrics: str = opt(",".join(DEFAULT_PANELS), "comma-separated panel names or metric keys, one panel each; a "
+                                                 "metric no run logged is skipped with a warning")
+    group_by: str = opt("trust_region", "config.json key whose value labels and groups the runs, e.g. env, model, "
+                                        "delta, or run_name (falls back to the directory name)")
+    band: Literal["std", "minmax"] = opt("std", "shaded band over seeds: mean +/- population std, or min-max")
+    smooth: int = opt(1, "trailing moving average over each run's last N logged points, before averaging seeds "
+                         "(1: none)")
+    ignore_keys: str = opt("", "more config keys (comma-separated) in which runs of a group may differ and still be "
+                               f"averaged as seeds (always: {', '.join(sorted(IGNORED_CONFIG_KEYS))}); '*' averages "
+                               "every run of a group")
+    title: Optional[str] = opt(None, "figure title (default: shared env and model, band, smoothing)")
+    list_metrics: bool = opt(False, "print the metric keys the runs logged, and exit")
 
 
 def _discover(paths: Sequence[str]) -> tuple[list[Path], list[str], list[str]]:
@@ -132,11 +95,6 @@ def _discover(paths: Sequence[str]) -> tuple[list[Path], list[str], list[str]]:
     return run_dirs, bad, ok
 
 
-def _error(msg: str) -> int:
-    print(f"error: {msg}", file=sys.stderr)
-    return 2
-
-
 def _auto_title(runs: Sequence[Run], band: str, smooth: int, any_band: bool) -> str:
     parts = []
     for key in ("env", "model"):
@@ -151,23 +109,26 @@ def _auto_title(runs: Sequence[Run], band: str, smooth: int, any_band: bool) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(PlotArgs, None if argv is None else list(argv), prog="python -m oat_dppo.plot",
+                 description=DESCRIPTION)
+    if not args.paths:
+        return fail("give at least one RUN_DIR (a run directory, or a directory searched for them)")
     if args.smooth < 1:
-        return _error(f"--smooth must be >= 1, got {args.smooth}")
+        return fail(f"--smooth must be >= 1, got {args.smooth}")
 
     run_dirs, bad, ok = _discover(args.paths)
     if bad:
         lines = ["not a run directory (no metrics.jsonl):", *bad]
         if ok:
             lines += ["these paths were fine:", *ok]
-        return _error("\n".join(lines))
+        return fail("\n".join(lines))
 
     runs: list[Run] = []
     for d in run_dirs:
         try:
             run = load_run(d, warn=warn_stderr)
         except OSError as e:
-            return _error(f"{d / METRICS_FILE}: cannot read: {e}")
+            return fail(f"{d / METRICS_FILE}: cannot read: {e}")
         if len(run.metrics) == 0:
             f = d / METRICS_FILE
             empty = not f.read_text(encoding="utf-8", errors="replace").strip()
@@ -177,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs.append(run)
     if not runs:
         where = ", ".join(str(d) for d in run_dirs)
-        return _error(f"nothing to plot: every {METRICS_FILE} is empty or unparseable ({where})")
+        return fail(f"nothing to plot: every {METRICS_FILE} is empty or unparseable ({where})")
 
     available = available_metrics(runs)
     if args.list_metrics:
@@ -186,17 +147,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     panels = resolve_panels(args.metrics.split(","), available, warn=warn_stderr)
     if not panels:
-        return _error(f"none of --metrics {args.metrics} is in any run; the runs logged: {', '.join(available)}")
+        return fail(f"none of --metrics {args.metrics} is in any run; the runs logged: {', '.join(available)}")
     if args.x == "wall_time":
         without = [r for r in runs if not r.metrics.has("wall_time")]
         if len(without) == len(runs):
-            return _error("--x wall_time: no run logged wall_time; use --x iteration")
+            return fail("--x wall_time: no run logged wall_time; use --x iteration")
         for r in without:
             warn_stderr(f"{r.path}: no wall_time logged: left out of the --x wall_time plots")
 
     ignore = set(IGNORED_CONFIG_KEYS) | {k.strip() for k in args.ignore_keys.split(",") if k.strip()}
     series = group_runs(runs, by=args.group_by, ignore=ignore, warn=warn_stderr)
-    out = args.out if args.out is not None else run_dirs[0] if len(run_dirs) == 1 else Path("plots")
+    out = Path(args.out) if args.out is not None else run_dirs[0] if len(run_dirs) == 1 else Path("plots")
     title = args.title
     if title is None:
         title = _auto_title(runs, args.band, args.smooth, any(len(s.runs) > 1 for s in series))

@@ -5,14 +5,17 @@ Exit status: 0 done; 1 some runs failed (the others ran); 2 bad input (nothing r
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import shlex
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Annotated, Optional
 
-EXIT_BAD_INPUT = 2
+import tyro
+
+from oat_dppo.cli import EXIT_BAD_INPUT, opt, parse
+
 LOCK_NAME = ".study.lock"
 
 EPILOG = """\
@@ -27,31 +30,30 @@ file format and report: docs/studies.md
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m oat_dppo.study",
-        description=(
-            "Run a study: the grid of `python -m oat_dppo.main` runs a TOML file describes ([study], [base],\n"
-            "[grid]), sequentially or N at a time, resumable (finished runs are skipped, interrupted ones\n"
-            "resumed), then a report: <out>/summary.md, summary.csv, reward.png, mismatch.png, kept.png."
-        ),
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("study", metavar="STUDY.toml", help="the study file")
-    p.add_argument("--dry-run", action="store_true", help="print the runs (state, name, command) and run nothing")
-    p.add_argument("--only", metavar="PATTERN", action="append",
-                   help="only the runs whose name matches (a glob with * ? [...], else a substring); repeatable")
-    p.add_argument("--report", action="store_true", help="only aggregate the existing runs (no training)")
-    p.add_argument("--parallel", metavar="N", type=int, help="runs at once, overriding [study] parallel")
-    return p
+DESCRIPTION = (
+    "Run a study: the grid of `python -m oat_dppo.main` runs a TOML file describes ([study], [base], [grid]), "
+    "sequentially or N at a time, resumable (finished runs are skipped, interrupted ones resumed), then a report: "
+    "<out>/summary.md, summary.csv, runs.csv, reward.png, mismatch.png, kept.png.\n\n" + EPILOG
+)
+
+
+@dataclass
+class StudyArgs:
+    study: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="STUDY.toml")] = field(
+        metadata={"help": "the study file"})
+    dry_run: bool = opt(False, "print the runs (state, name, command) and run nothing")
+    only: Annotated[tuple[str, ...], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="PATTERN")] = opt(
+        (), "only the runs whose name matches (a glob with * ? [...], else a substring); repeatable")
+    report: bool = opt(False, "only aggregate the existing runs (no training)")
+    parallel: Annotated[Optional[int], tyro.conf.arg(metavar="N")] = opt(
+        None, "runs at once, overriding [study] parallel")
 
 
 def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    args = parse(StudyArgs, argv, prog="python -m oat_dppo.study", description=DESCRIPTION)
 
     from oat_dppo.study.spec import StudyError, load_study
 

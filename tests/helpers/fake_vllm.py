@@ -8,8 +8,8 @@
   `logprobs` entries ranked from 1, plus the sampled token with its rank when it is outside them),
   log-probs of the raw logits at temperature 1, as vLLM's V1 sampler returns them;
 * `collective_rpc(fn, args=())`: calls `fn(worker, *args)` in process, as vLLM's uni-process
-  executor does; `worker.model_runner.model.load_weights(weights=...)` copies HF-named tensors into
-  the stand-in's own copy of the model (an unknown name raises, as in vLLM);
+  executor does; `worker.get_model().load_weights(weights=...)` copies HF-named tensors into the
+  stand-in's own copy of the model (an unknown name raises, as in vLLM);
 * `reset_prefix_cache()`, `get_tokenizer()`, `llm_engine.model_config.max_model_len`.
 
 Every call is appended to `events` (("generate", n_prompts), ("load", n_tensors), ("reset",)), so
@@ -64,7 +64,8 @@ class StandInLLM:
         self.last_outputs: list = []
         max_len = vllm_args.get("max_model_len") or getattr(self.model.config, "max_position_embeddings", 4096)
         self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(max_model_len=max_len))
-        self._worker = SimpleNamespace(model_runner=SimpleNamespace(model=_WeightLoader(self)))
+        loader = _WeightLoader(self)
+        self._worker = SimpleNamespace(model_runner=SimpleNamespace(model=loader), get_model=lambda: loader)
         StandInLLM.instances.append(self)
 
     @classmethod

@@ -1,0 +1,41 @@
+"""The one way every entry point reads its command line: `python -m oat_dppo.<name> ...`.
+
+An entry point describes its options as a dataclass: field `some_name` is `--some-name`, its help
+is `opt(default, "help")` (or a docstring under the field), `tyro.conf.Positional[...]` makes a
+positional argument. `parse` reads the command line with tyro, shows `python -m oat_dppo.<name>` in
+the usage line and the module docstring as the description. Bad input ends with `fail`: one line on
+stderr, exit status 2. Importing this module is cheap (tyro only), so `--help` stays instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import IO, Any, TypeVar
+
+import tyro
+
+EXIT_BAD_INPUT = 2
+T = TypeVar("T")
+
+
+def opt(default: Any, help: str) -> Any:
+    """A dataclass field with its help text (tyro shows it; Oat's argument class copies it)."""
+    if isinstance(default, (list, dict, set)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def parse(config: type[T], argv: list[str] | None, *, prog: str, description: str | None = None,
+          default: T | None = None) -> T:
+    """`config` from `argv` (None: sys.argv[1:]); --help prints and exits 0, bad options exit 2."""
+    return tyro.cli(config, args=argv, prog=prog, description=description, default=default)
+
+
+def fail(message: str, *, err: IO | None = None) -> int:
+    """Report bad input as one line and return the exit status for it."""
+    print(f"error: {message}", file=err or sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+__all__ = ["EXIT_BAD_INPUT", "fail", "opt", "parse"]
