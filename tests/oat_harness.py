@@ -11,15 +11,19 @@ What stands in for what:
   (args, strategy, model, ref_model, critic, optimizer, scheduler, tokenizer, counters), then runs
   the class's *own* ``_init`` chain above ``RLLearner`` for real (``PPOLearner._init`` and any
   subclass's), with only ``RLLearner._init`` (and so ``LearnerBase._init``) skipped.
-* `CpuStrategy`: replaces Oat's ``DeepspeedStrategy`` + the DeepSpeed engine, not Oat. Real
-  ``loss.backward()`` (scaled by 1/grad_acc_step, as the engine does), real grad clipping at
-  ``args.max_norm`` and a real optimizer step at gradient-accumulation boundaries, the same
-  grad-norm formula, identity all-reduce (world size 1).
-* optimizer: ``torch.optim.AdamW`` over Oat's own ``get_optimizer_grouped_parameters`` (DeepSpeed's
-  ``FusedAdam``/``DeepSpeedCPUAdam`` are AdamW too, but need CUDA / a JIT C++ build).
-* `cuda_as_cpu()`: ``PPOLearner.learning_step`` puts every tensor on
-  ``torch.cuda.current_device()`` (ppo.py:363), and ``learn()`` calls ``torch.cuda.synchronize()``;
-  both raise on a CPU-only torch. The context maps them to "cpu" / a no-op.
+* the strategy and the engine are real: Oat's own ``DeepspeedStrategy`` sets up distribution and
+  ``deepspeed.initialize`` wraps the policy in a real ``DeepSpeedEngine`` (gradient accumulation,
+  clipping at ``args.max_norm``, ZeRO stage ``args.zero_stage``: 0 by default here, 2 works too), on
+  a one-rank gloo process group over loopback (`ensure_process_group`; DeepSpeed's CPU accelerator
+  would otherwise look for MPI or oneCCL). ZeRO-3 is not run (the CPU accelerator's partitioned
+  parameters are not covered here).
+* optimizer: ``torch.optim.AdamW`` over Oat's own ``get_optimizer_grouped_parameters`` (what Oat's
+  ``create_optimizer`` builds is DeepSpeed's ``FusedAdam``/``DeepSpeedCPUAdam``: AdamW too, but
+  CUDA-only / a JIT C++ build), handed to DeepSpeed as its client optimizer.
+* `cuda_as_cpu()`: Oat calls CUDA APIs directly: ``PPOLearner.learning_step`` puts every tensor on
+  ``torch.cuda.current_device()`` (ppo.py:363), ``learn()`` calls ``torch.cuda.synchronize()`` and
+  ``DeepspeedStrategy.setup_distributed`` ``torch.cuda.set_device``; all raise on a CPU-only torch.
+  The context maps them to "cpu" / no-ops.
 * args: fp32 (``bf16=False``), ``flash_attn=False``, ``gpus=0``, ``beta=0`` (Oat's default 0.1 needs a
   reference model; pass ``beta>0`` and the harness builds one), ``critic_type="grpo"``. Both
   ``use_fused_lm_head`` values run on CPU (Oat's FusedLinear is plain torch).
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import socket
 import tempfile
 import time
@@ -52,14 +57,14 @@ from oat.args import default_args_validation  # noqa: E402
 from oat.learners.rl import RLLearner  # noqa: E402
 from oat.model import LLM  # noqa: E402
 from oat.types import TransitionData  # noqa: E402
-from oat.utils.deepspeed import get_optimizer_grouped_parameters  # noqa: E402
+from oat.utils.deepspeed import DeepspeedStrategy, get_optimizer_grouped_parameters  # noqa: E402
 from oat.utils.ops import disable_dropout  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 __all__ = [
     "FAKES_IN_USE",
     "CPU_ARGS",
-    "CpuStrategy",
+    "ensure_process_group",
     "cuda_as_cpu",
     "byte_tokenizer",
     "tiny_policy",
@@ -70,6 +75,8 @@ __all__ = [
     "collate",
     "run_learning_step",
     "single_process_group",
+    "engine_of",
+    "policy_of",
     "run_learn_round",
 ]
 
@@ -80,75 +87,24 @@ __all__ = [
 
 @contextlib.contextmanager
 def cuda_as_cpu():
-    """``torch.cuda.current_device()`` -> "cpu" and ``torch.cuda.synchronize()`` -> no-op, inside."""
+    """``torch.cuda.current_device()`` -> "cpu", ``synchronize`` and ``set_device`` -> no-ops, inside."""
     with mock.patch.object(torch.cuda, "current_device", lambda: "cpu"), mock.patch.object(
         torch.cuda, "synchronize", lambda *a, **k: None
-    ):
+    ), mock.patch.object(torch.cuda, "set_device", lambda *a, **k: None):
         yield
 
 
-class CpuStrategy:
-    """Stands in for Oat's ``DeepspeedStrategy`` (and the DeepSpeed engine it drives) on one CPU
-    process. Same interface as far as the learner uses it; every numeric step is real torch."""
-
-    def __init__(self, args, world_size: int = 1):
-        self.args = args
-        self.world_size = world_size
-        self.max_norm = args.max_norm
-        # As DeepspeedStrategy.setup_distributed.
-        self.grad_acc_step = args.train_batch_size // args.train_batch_size_per_device // world_size
-        assert self.grad_acc_step >= 1, "train_batch_size must be >= train_batch_size_per_device"
-        self.micro_steps = 0  # backward/step pairs seen (DeepSpeed engine's micro_steps)
-        self.optimizer_steps = 0  # real optimizer updates (at accumulation boundaries)
-
-    @staticmethod
-    def _module(model):
-        return model.model if isinstance(model, LLM) else model
-
-    def backward(self, loss: torch.Tensor, model, optimizer, **_) -> None:
-        # DeepSpeed's engine.backward scales by 1/gradient_accumulation_steps.
-        (loss / self.grad_acc_step).backward()
-
-    def optimizer_step(self, optimizer, model, scheduler, name="model", **_) -> None:
-        # DeepSpeed's engine.step: acts only at the accumulation boundary; clips at max_norm.
-        self.micro_steps += 1
-        if self.micro_steps % self.grad_acc_step != 0:
-            return
-        params = [p for p in self._module(model).parameters() if p.grad is not None]
-        if self.max_norm and self.max_norm > 0:
-            torch.nn.utils.clip_grad_norm_(params, self.max_norm)
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        self.optimizer_steps += 1
-
-    def get_gradient_norm(self, model, **_) -> torch.Tensor:
-        # As DeepspeedStrategy.get_gradient_norm: L2 norm of the (unclipped) accumulated grads.
-        sq = torch.tensor(0.0)
-        for p in self._module(model).parameters():
-            if p.grad is not None:
-                sq += p.grad.detach().norm(2).cpu() ** 2
-        return sq.sqrt()
-
-    def all_reduce(self, data, op: str = "mean"):
-        assert op in ("mean", "max", "sum")
-        return data  # world size 1: mean, max and sum are the identity
-
-    def all_gather(self, data):
-        return [data]
-
-    def is_rank_0(self) -> bool:
-        return True
-
-    def is_group_rank_0(self) -> bool:
-        return True
-
-    def print(self, *msg) -> None:
-        print(*msg)
-
-    def pprint(self, *msg) -> None:
-        print(*msg)
+def ensure_process_group() -> None:
+    """A one-rank gloo ``torch.distributed`` group over loopback for the rest of the process, with the
+    environment DeepSpeed reads (so ``deepspeed.init_distributed`` finds the group instead of looking
+    for MPI or oneCCL). Created once; every learner of the test session shares it."""
+    if dist.is_initialized():
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -217,6 +173,7 @@ def tiny_policy(tokenizer, arch: str = "qwen2", *, seed: int = 0, hidden: int = 
 # Settings the CPU harness needs (overridable, but the learner will not run without them on CPU).
 CPU_ARGS: dict[str, Any] = dict(
     gpus=0,  # default_args_validation asserts torch.cuda.device_count() >= gpus
+    zero_stage=0,  # a plain DeepSpeed engine (ZeRO-2 runs too: pass zero_stage=2); any client optimizer
     flash_attn=False,  # only read when Oat loads a model by path; set for honesty
     bf16=False,  # fp32 on CPU
     beta=0.0,  # Oat's 0.1 needs a reference model (built here when beta > 0)
@@ -258,13 +215,15 @@ def make_stock_learner(
     model=None,
     arch: str = "qwen2",
     seed: int = 0,
-    post_init: Optional[Callable[[Any], None]] = None,
+    optimizer: Optional[Callable[[torch.nn.Module], torch.optim.Optimizer]] = None,
 ):
-    """A ready ``learner_cls`` instance (default: stock ``PPOLearner``) on CPU.
+    """A ready ``learner_cls`` instance (default: stock ``PPOLearner``) on CPU, its policy in a real
+    DeepSpeed engine prepared by Oat's own ``DeepspeedStrategy``.
 
     ``learner.learning_step(batch)`` must then run inside `cuda_as_cpu()` (or use
     `run_learning_step`). ``model`` is a HF causal LM (default: `tiny_policy`); ``learner.model`` is
-    Oat's ``LLM`` wrapping it. ``learner.strategy`` is a `CpuStrategy`.
+    Oat's ``LLM`` wrapping the engine that wraps it. ``optimizer(hf_model)`` replaces the default
+    AdamW (before DeepSpeed takes it; with ZeRO, DeepSpeed accepts Adam-type optimizers only).
     """
     if args is None:
         args = make_args(args_cls, **(args_overrides or {}))
@@ -280,22 +239,33 @@ def make_stock_learner(
     tokenizer = tokenizer if tokenizer is not None else byte_tokenizer()
     hf_model = model if model is not None else tiny_policy(tokenizer, arch, seed=seed)
 
+    ensure_process_group()
+    strategy = DeepspeedStrategy(seed=args.seed, max_norm=args.max_norm,
+                                 train_batch_size_per_device=args.train_batch_size_per_device,
+                                 train_batch_size=args.train_batch_size, zero_stage=args.zero_stage, bf16=False,
+                                 fp16=False, args=args)
+    policy = LLM(hf_model)  # Oat's wrapper around an already built model ...
+    policy.use_lora = False  # ... which, on that path, leaves use_lora unset
+    disable_dropout(policy)
+    if optimizer is not None:
+        opt = optimizer(hf_model)
+    else:
+        opt = torch.optim.AdamW(get_optimizer_grouped_parameters(hf_model, args.l2), lr=args.learning_rate,
+                                betas=(args.adam_beta_1, args.adam_beta_2))
+    with cuda_as_cpu():
+        strategy.setup_distributed()  # finds the gloo group; grad_acc_step from the batch sizes
+        state = torch.random.get_rng_state()  # setup_distributed seeds the RNGs: tests choose their own
+        policy, opt, scheduler = strategy.prepare((policy, opt, None))
+        torch.random.set_rng_state(state)
+
     learner = object.__new__(learner_cls)
     learner.args = args
     learner.algo = args.algo
     learner.actors = []
     learner.ipc_server = None
-    learner.strategy = CpuStrategy(args)
+    learner.strategy = strategy
     learner.tokenizer = tokenizer
-    learner.model = LLM(hf_model)  # Oat's wrapper around an already built model ...
-    learner.model.use_lora = False  # ... which, on that path, leaves use_lora unset
-    disable_dropout(learner.model)
-    learner.optimizer = torch.optim.AdamW(
-        get_optimizer_grouped_parameters(learner.model.model, args.l2),
-        lr=args.learning_rate,
-        betas=(args.adam_beta_1, args.adam_beta_2),
-    )
-    learner.scheduler = None  # constant learning rate
+    learner.model, learner.optimizer, learner.scheduler = policy, opt, scheduler
     if args.beta > 0 or args.kl_penalty_coef > 0:
         learner.ref_model = LLM(copy.deepcopy(hf_model).eval().requires_grad_(False))
         learner.ref_model.use_lora = False
@@ -314,9 +284,17 @@ def make_stock_learner(
     # The class's own _init chain (PPOLearner._init and any subclass's) runs for real.
     with mock.patch.object(RLLearner, "_init", _skip_rl_and_base_init):
         learner._init(args, [])
-    if post_init is not None:
-        post_init(learner)
     return learner
+
+
+def engine_of(learner):
+    """The learner's ``deepspeed.DeepSpeedEngine`` (``learner.model`` is Oat's LLM around it)."""
+    return learner.model.model
+
+
+def policy_of(learner):
+    """The transformers model inside the learner's engine."""
+    return engine_of(learner).module
 
 
 # ----------------------------------------------------------------------------------------------
@@ -422,19 +400,9 @@ def run_learning_step(learner, batch: dict) -> tuple[dict, float]:
 
 @contextlib.contextmanager
 def single_process_group():
-    """A real one-rank gloo ``torch.distributed`` group (``learn()`` calls ``dist.barrier()``).
-    Reuses an existing group; destroys only the one it created."""
-    if dist.is_initialized():
-        yield
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+    """The one-rank gloo group of `ensure_process_group` (``learn()`` calls ``dist.barrier()``)."""
+    ensure_process_group()
+    yield
 
 
 def run_learn_round(learner, transitions: Iterable, learning_round: int = 2) -> dict:

@@ -1,7 +1,8 @@
 """The Oat backend's learner (`DPPOLearner`) run for real on CPU: Oat's own `PPOLearner` machinery
 (its `_init` chain, `TransitionDataset` batches, `learn()` round), the shared trust-region step, and
 the stock `PPOLearner.learning_step` as the reference. Only vllm and launchpad are faked (import
-boundary); DeepSpeed's engine is `oat_harness.CpuStrategy` (real torch). See docs/dev_oat_cpu.md.
+boundary); the policy trains in a real DeepSpeed engine set up by Oat's own DeepspeedStrategy. See
+docs/dev_oat_cpu.md.
 """
 
 from __future__ import annotations
@@ -38,15 +39,11 @@ def dppo_args(**overrides) -> DPPOArgs:
 def sgd(lr: float):
     """Plain SGD instead of the harness's AdamW: Adam's first step is ~lr * sign(g), which turns
     float-noise differences of near-zero gradients into lr-sized ones."""
-
-    def post_init(learner):
-        learner.optimizer = torch.optim.SGD(learner.model.parameters(), lr=lr)
-
-    return post_init
+    return lambda model: torch.optim.SGD(model.parameters(), lr=lr)
 
 
 def params(learner) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in learner.model.model.named_parameters()}
+    return {n: p.detach().clone() for n, p in hf_policy(learner.model).named_parameters()}
 
 
 def assert_same_params(a, b, atol=1e-6):
@@ -68,7 +65,7 @@ def step(learner, transitions, seed=0):
 
 def count_decoder_forwards(learner) -> list[int]:
     calls = [0]
-    learner.model.model.get_decoder().register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
+    H.policy_of(learner).get_decoder().register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
     return calls
 
 
@@ -133,9 +130,9 @@ STOCK_EQUIV = dict(trust_region="ppo_clip", cliprange=0.2, anchor="recompute", m
 def test_ppo_clip_recompute_reproduces_stock_oat_loss_and_update(tok, critic_type):
     """One micro-batch = one optimizer step: the same loss value and the same parameters."""
     common = dict(critic_type=critic_type, train_batch_size=8, train_batch_size_per_device=8)
-    stock = H.make_stock_learner(dict(tis_c=None, use_fused_lm_head=False, **common), post_init=sgd(0.5))
+    stock = H.make_stock_learner(dict(tis_c=None, use_fused_lm_head=False, **common), optimizer=sgd(0.5))
     ours = H.make_stock_learner(args=dppo_args(**STOCK_EQUIV, **common), learner_cls=DPPOLearner,
-                                post_init=sgd(0.5))
+                                optimizer=sgd(0.5))
     assert_same_params(stock, ours, 0)
     tr = H.make_transitions(tok, 8, behavior=stock.model, logprob_offset=-0.3)  # mu != pi: ignored by both
     before = params(stock)
@@ -145,6 +142,28 @@ def test_ppo_clip_recompute_reproduces_stock_oat_loss_and_update(tok, critic_typ
     assert_same_params(stock, ours)
 
 
+@pytest.mark.parametrize("chunk", [4096, 7])
+def test_under_zero2_the_learner_still_reproduces_stock_oat(tok, chunk):
+    """ZeRO stage 2 (DeepSpeed partitions optimizer state and gradients; it accepts Adam-type
+    optimizers only), two optimizer steps of two micro-batches: the same parameters as stock Oat
+    within Adam's step size (AdamW's first step is ~lr * sign(g), so float noise in a near-zero
+    gradient can flip a step: 2 lr), also with the LM head in checkpointed 7-token blocks. Adam's
+    update does not see the loss's scale: the stage-0 SGD tests above check that."""
+    lr = 1e-3
+    common = dict(critic_type="drgrpo", zero_stage=2, train_batch_size=4, train_batch_size_per_device=2,
+                  learning_rate=lr, tis_c=None)
+    stock = H.make_stock_learner(dict(use_fused_lm_head=False, **common))
+    ours = H.make_stock_learner(args=dppo_args(**STOCK_EQUIV, logits_chunk_tokens=chunk, **common),
+                                learner_cls=DPPOLearner)
+    assert H.engine_of(ours).zero_optimization_stage() == 2
+    tr = H.make_transitions(tok, 8, behavior=stock.model, logprob_offset=-0.3)
+    before = params(stock)
+    step(stock, tr), step(ours, tr)
+    assert moved(before, stock) > 0.5 * lr
+    assert H.engine_of(stock).global_steps == H.engine_of(ours).global_steps == 2
+    assert_same_params(stock, ours, atol=2 * lr + 1e-6)
+
+
 @pytest.mark.parametrize("tis_c, chunk", [(None, 4096), (2.0, 4096), (None, 7)])
 def test_ppo_clip_recompute_reproduces_stock_oat_over_several_steps_with_clipping(tok, tis_c, chunk):
     """4 optimizer steps per call (2 epochs x 2 accumulation windows of 2 micro-batches): from the
@@ -152,12 +171,12 @@ def test_ppo_clip_recompute_reproduces_stock_oat_over_several_steps_with_clippin
     so is everything with the LM head in checkpointed 7-token blocks (recompute and training)."""
     common = dict(critic_type="drgrpo", num_ppo_epochs=2, train_batch_size=4, train_batch_size_per_device=2,
                   tis_c=tis_c)
-    stock = H.make_stock_learner(dict(use_fused_lm_head=False, **common), post_init=sgd(3.0))
+    stock = H.make_stock_learner(dict(use_fused_lm_head=False, **common), optimizer=sgd(3.0))
     ours = H.make_stock_learner(args=dppo_args(**STOCK_EQUIV, logits_chunk_tokens=chunk, **common),
-                                learner_cls=DPPOLearner, post_init=sgd(3.0))
+                                learner_cls=DPPOLearner, optimizer=sgd(3.0))
     tr = H.make_transitions(tok, 8, behavior=stock.model, logprob_offset=-1.0)  # pi_old/mu = e > tis_c
     info_s, info_o = step(stock, tr), step(ours, tr)
-    assert stock.strategy.optimizer_steps == ours.strategy.optimizer_steps == 4
+    assert H.engine_of(stock).global_steps == H.engine_of(ours).global_steps == 4
     assert float(info_s["pg_clipfrac"]) > 0  # the clip was active: the masks are compared, not just ratios of 1
     assert float(info_o["kept_frac"]) < 1
     assert_same_params(stock, ours, atol=2e-6)
@@ -167,9 +186,9 @@ def test_behavior_rollout_default_weighs_by_pi_over_mu_unlike_stock(tok):
     """With the default --behavior rollout the same strategy is MiniRL (paper D.1): weight pi/mu. With
     mu = pi - 0.3 nats the first step's gradient is e^0.3 times stock's."""
     common = dict(critic_type="drgrpo", train_batch_size=8, train_batch_size_per_device=8)
-    stock = H.make_stock_learner(dict(tis_c=None, use_fused_lm_head=False, **common), post_init=sgd(0.1))
+    stock = H.make_stock_learner(dict(tis_c=None, use_fused_lm_head=False, **common), optimizer=sgd(0.1))
     ours = H.make_stock_learner(args=dppo_args(trust_region="ppo_clip", cliprange=0.2, anchor="recompute", **common),
-                                learner_cls=DPPOLearner, post_init=sgd(0.1))
+                                learner_cls=DPPOLearner, optimizer=sgd(0.1))
     before = params(stock)
     tr = H.make_transitions(tok, 8, behavior=stock.model, logprob_offset=-0.3)
     step(stock, tr), step(ours, tr)
@@ -183,9 +202,9 @@ def test_dppo_with_on_policy_mu_takes_stocks_first_step(tok):
     """mu = pi = pi_old and one optimizer step: every trust region keeps every token, so DPPO with the
     rollout mu (no recompute) takes exactly stock Oat's step."""
     common = dict(critic_type="drgrpo", train_batch_size=8, train_batch_size_per_device=2)
-    stock = H.make_stock_learner(dict(tis_c=None, use_fused_lm_head=False, **common), post_init=sgd(0.5))
+    stock = H.make_stock_learner(dict(tis_c=None, use_fused_lm_head=False, **common), optimizer=sgd(0.5))
     ours = H.make_stock_learner(args=dppo_args(trust_region="dppo_binary_tv", **common), learner_cls=DPPOLearner,
-                                post_init=sgd(0.5))
+                                optimizer=sgd(0.5))
     tr = H.make_transitions(tok, 8, behavior=stock.model)
     step(stock, tr)
     info = step(ours, tr)
@@ -230,7 +249,7 @@ def test_stock_oat_always_recomputes(tok):
                                       train_batch_size_per_device=mb))
     tr = H.make_transitions(tok, B, behavior=stock.model)
     calls = [0]
-    stock.model.model.register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
+    H.policy_of(stock).register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
     step(stock, tr)
     assert calls[0] == B // mb + B // mb  # recompute + train
 
@@ -340,8 +359,13 @@ def test_prepare_data_paces_iterations_through_oats_dataloader(tok):
     assert len(learner.prompts_dataset) == 24 and len(learner.eval_prompts_dataset) == 0
 
 
-def test_hf_policy_unwraps_oats_llm(tok):
+def test_hf_policy_unwraps_oats_llm_and_the_deepspeed_engine(tok):
+    import deepspeed
+    from transformers import PreTrainedModel
+
     learner = H.make_stock_learner(args=dppo_args(), learner_cls=DPPOLearner)
-    assert hf_policy(learner.model) is learner.model.model
-    assert hf_policy(learner.model.model) is learner.model.model
+    engine = H.engine_of(learner)
+    assert isinstance(engine, deepspeed.DeepSpeedEngine)  # the real engine, prepared by Oat's strategy
+    assert hf_policy(learner.model) is engine.module and isinstance(engine.module, PreTrainedModel)
+    assert hf_policy(engine) is engine.module and hf_policy(engine.module) is engine.module
     assert isinstance(learner, PPOLearner)

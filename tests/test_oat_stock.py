@@ -95,7 +95,7 @@ def test_default_args_validation_requires_gpus_0_on_cpu():
 
 
 def _params(learner):
-    return {n: p.detach().clone() for n, p in learner.model.model.named_parameters()}
+    return {n: p.detach().clone() for n, p in H.policy_of(learner).named_parameters()}
 
 
 def _grpo_advantages(transitions, num_samples):
@@ -150,7 +150,7 @@ def test_stock_learning_step(arch, fused, per_device, record_property):
     assert float(infos["policy_grad_norm"]) > 0
 
     # DeepSpeed semantics: n / per_device micro-batches, one optimizer update at the boundary.
-    assert learner.strategy.micro_steps == n // per_device and learner.strategy.optimizer_steps == 1
+    assert H.engine_of(learner).micro_steps == n // per_device and H.engine_of(learner).global_steps == 1
     # ... so every micro-batch saw the initial policy: ratio 1 everywhere, nothing clipped.
     assert abs(float(infos["logprobs_diff_max"])) < 1e-4 and abs(float(infos["logprobs_diff_min"])) < 1e-4
     assert float(infos["pg_clipfrac"]) == 0.0
@@ -196,9 +196,9 @@ def test_stock_learning_step_with_reference_model():
     # The reference is a frozen copy and the policy is only updated after the last micro-batch.
     assert float(infos["kl3"]) == pytest.approx(0.0, abs=1e-5)
     assert float(infos["reg_loss"]) == pytest.approx(0.0, abs=1e-6)
-    assert math.isfinite(float(infos["pg_loss"])) and learner.strategy.optimizer_steps == 1
+    assert math.isfinite(float(infos["pg_loss"])) and H.engine_of(learner).global_steps == 1
     ref = dict(learner.ref_model.model.named_parameters())
-    changed = [n for n, p in learner.model.model.named_parameters() if not torch.equal(p, ref[n])]
+    changed = [n for n, p in H.policy_of(learner).named_parameters() if not torch.equal(p, ref[n])]
     assert changed and all(not p.requires_grad for p in ref.values())
 
 
@@ -214,6 +214,6 @@ def test_stock_learn_round():
         assert math.isfinite(info[key]), key
     assert info["train/learning_round"] == 2
     assert learner.global_step == 1 and learner.policy_sgd_step == 1  # 8 samples / mb 2 / grad_acc 4
-    assert learner.strategy.optimizer_steps == 1
+    assert H.engine_of(learner).global_steps == 1
     after = _params(learner)
     assert all(not torch.equal(before[k], after[k]) for k in before)

@@ -44,15 +44,12 @@ from oat_dppo.trust_region import requirements
 
 
 def hf_policy(model):
-    """The Hugging Face module under Oat's wrappers: DeepSpeed engine (`.module`) -> `oat.model.LLM`
-    (`.model`) -> the transformers model (a PeftModel with LoRA, which forwards `get_decoder` and
+    """The Hugging Face module under Oat's wrappers: `oat.model.LLM` (`.model`) -> DeepSpeed engine
+    (`.module`) -> the transformers model (a PeftModel with LoRA, which forwards `get_decoder` and
     `get_output_embeddings`). The shared log-prob code calls its decoder and LM head directly."""
-    m = model
-    if not isinstance(m, LLM) and hasattr(m, "module") and isinstance(m.module, torch.nn.Module):
-        m = m.module  # deepspeed.DeepSpeedEngine
-    if isinstance(m, LLM):
-        m = m.model
-    return m
+    m = model.model if isinstance(model, LLM) else model
+    inner = getattr(m, "module", None)  # deepspeed.DeepSpeedEngine
+    return inner if isinstance(inner, torch.nn.Module) else m
 
 
 class _SlotDataset(torch.utils.data.Dataset):
