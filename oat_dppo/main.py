@@ -22,7 +22,6 @@ from oat_dppo.cli import parse as parse_cli
 from oat_dppo.config import Backend, ConfigError, TrainConfig, from_dict, validate
 from oat_dppo.rundir import RunDir, RunDirError, checkpoint_exists
 
-GPU_GUIDE = "docs/gpu.md"
 PROG = "python -m oat_dppo.main"
 # What --resume may change: how long the run goes on, and how it is watched. Everything else would
 # make the resumed run another run than the one its checkpoint belongs to.
@@ -96,15 +95,12 @@ def wants_oat(argv: list[str]) -> bool:
 def choose_backend(cfg: TrainConfig) -> str:
     if cfg.backend == "local":
         return "local"
-    missing = missing_for_oat()
     if cfg.backend == "oat":
-        if missing:
-            raise ConfigError(
-                f"--backend oat needs {', '.join(missing)}, which this machine lacks. "
-                f"The GPU install guide is {GPU_GUIDE}; --backend local runs here."
-            )
+        from oat_dppo.backends.oat.availability import require  # imports torch (for CUDA)
+
+        require()
         return "oat"
-    return "local" if missing else "oat"
+    return "local" if missing_for_oat() else "oat"
 
 
 def default_run_dir(cfg: TrainConfig) -> str:

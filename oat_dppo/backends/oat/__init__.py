@@ -6,12 +6,13 @@
     actor.py         DPPOActor(PPOActor): GEM episodes through the shared agent loop
     learner.py       DPPOLearner(PPOLearner): the shared trust-region learning step
     program.py       Oat's launchpad program (get_program) and launch
-    cli.py           the `--backend oat` command line
 
 Importing this package is cheap (no Oat, no vLLM); `launch` imports them.
 """
 
 from __future__ import annotations
+
+import sys
 
 
 def launch(cfg) -> int:
@@ -21,9 +22,20 @@ def launch(cfg) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from oat_dppo.backends.oat.cli import main as _main
+    """`python -m oat_dppo.main --backend oat ...`: Oat's options (not `TrainConfig` fields, so main
+    hands the command line over before its own parsing) with the local ones: parse, check, launch.
+    Raises `ConfigError` for bad input (the caller prints it, exit status 2)."""
+    from oat_dppo.backends.oat.availability import require
 
-    return _main(argv)
+    if not any(a in ("-h", "--help") for a in argv):  # --help lists the options even where the stack is missing
+        require()
+    from oat_dppo.backends.oat.args import finalize, parse  # Oat: torch, deepspeed (and vLLM where present)
+    from oat_dppo.backends.oat.program import launch
+
+    args = parse(argv)
+    for note in finalize(args):
+        print(f"note: {note}", file=sys.stderr)
+    return launch(args, finalized=True)
 
 
 __all__ = ["launch", "main"]

@@ -30,6 +30,7 @@ import tyro
 
 from oat_dppo import config as _config
 from oat_dppo.components import build_trust_region
+from oat_dppo.cli import fail
 from oat_dppo.config import ConfigError, TrainConfig
 from oat_dppo.trust_region import requirements
 
@@ -431,17 +432,13 @@ def describe(args, notes: list[str] = ()) -> str:
     lines = ["# oat_dppo --backend oat"]
     lines += [f"# note: {n}" for n in notes]
     lines.append(f"# learners: {learner_world_size(args)} GPU(s); trust region: "
-                 f"{_trust_region_repr(args)}")
+                 f"{build_trust_region(to_train_config(args))!r}")
     for f in dataclasses.fields(args):
         v = getattr(args, f.name)
         if isinstance(v, float) and math.isinf(v):
             v = "inf"
         lines.append(f"{f.name} = {v!r}")
     return "\n".join(lines)
-
-
-def _trust_region_repr(args) -> str:
-    return repr(build_trust_region(to_train_config(args)))
 
 
 def resolve(argv: list[str]) -> tuple[Any, list[str]]:
@@ -456,25 +453,16 @@ CONFIG_SEPARATOR = "---"
 def main(argv: list[str] | None = None) -> int:
     """`python -m oat_dppo.backends.oat.args ARGS [--- ARGS ...]`: print the resolved configuration of
     each command line (the experiment scripts' --dry-run; one process for all of a script's arms).
-    No GPU, vLLM or launchpad needed."""
-    argv = sys.argv[1:] if argv is None else argv
-    runs, cur = [], []
-    for a in argv:
-        if a == CONFIG_SEPARATOR:
-            runs.append(cur)
-            cur = []
-        else:
-            cur.append(a)
-    runs.append(cur)
+    No GPU or launchpad needed; Oat's PPO module is (it imports vLLM)."""
+    runs: list[list[str]] = [[]]
+    for a in sys.argv[1:] if argv is None else argv:
+        runs.append([]) if a == CONFIG_SEPARATOR else runs[-1].append(a)
     for i, run in enumerate(runs):
         try:
             args, notes = resolve(run)
         except ConfigError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        if i:
-            print()
-        print(describe(args, notes))
+            return fail(str(e))
+        print(("\n" if i else "") + describe(args, notes))
     return 0
 
 

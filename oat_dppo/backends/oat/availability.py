@@ -45,3 +45,13 @@ def missing() -> list[str]:
     if not torch.cuda.is_available():
         out.append("a CUDA GPU")
     return out
+
+
+def require() -> None:
+    """Raise `ConfigError` naming what the Oat backend lacks on this machine (if anything)."""
+    from oat_dppo.config import ConfigError
+
+    lacking = missing()
+    if lacking:
+        raise ConfigError(f"--backend oat needs {', '.join(lacking)}, which this machine lacks. The GPU install "
+                          f"guide is {GPU_GUIDE}; --backend local runs here.")
