@@ -473,7 +473,7 @@ def test_lora_trains_only_adapters_and_starts_as_identity():
 @pytest.mark.parametrize("lora_first", [False, True])
 def test_lora_with_gradient_checkpointing_backprops(lora_first):
     model, _ = load_policy("tiny-qwen3", seed=1)
-    if lora_first:  # the order backends/local.py uses
+    if lora_first:  # the order the local trainer uses
         model = enable_gradient_checkpointing(apply_lora(model, rank=2, alpha=4))
     else:
         model = apply_lora(enable_gradient_checkpointing(model), rank=2, alpha=4)

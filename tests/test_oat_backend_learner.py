@@ -183,7 +183,7 @@ def test_ppo_clip_recompute_reproduces_stock_oat_over_several_steps_with_clippin
 
 
 def test_behavior_rollout_default_weighs_by_pi_over_mu_unlike_stock(tok):
-    """With the default --behavior rollout the same strategy is MiniRL (paper D.1): weight pi/mu. With
+    """With the default --mu-source rollout the same strategy is MiniRL (paper D.1): weight pi/mu. With
     mu = pi - 0.3 nats the first step's gradient is e^0.3 times stock's."""
     common = dict(critic_type="drgrpo", train_batch_size=8, train_batch_size_per_device=8)
     stock = H.make_stock_learner(dict(tis_c=None, use_fused_lm_head=False, **common), optimizer=sgd(0.1))

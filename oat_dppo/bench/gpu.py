@@ -31,12 +31,24 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
+from oat_dppo.backends.local import LocalTrainer
+from oat_dppo.bench.local import capture_update, compare_learner
+from oat_dppo.bench.memory import in_fresh_process
+from oat_dppo.bench.mismatch import measure_mismatch, sample_prompts
 from oat_dppo.cli import fail, parse
+from oat_dppo.config import TrainConfig
+from oat_dppo.engine import vllm as vllm_engine
+from oat_dppo.engine.base import stop_token_ids
+from oat_dppo.engine.hf import HFEngine
+from oat_dppo.engine.vllm import ColocatedVLLM, VLLMSettings
+from oat_dppo.models import engine_model_source, load_policy, policy_weights
+from oat_dppo.rundir import RunDir
 
 TARGET_VS_BARE = 0.9
 TARGET_VS_HF = 5.0
@@ -108,17 +120,11 @@ def _timed(fn: Callable[[int], Any], reps: int, device: torch.device) -> tuple[l
 
 
 def _learner(cfg: Config, dtype: torch.dtype = torch.float32):
-    from oat_dppo.models import load_policy
-
     model, tok = load_policy(cfg.model, dtype=dtype)
     return model.to(torch.device(cfg.device)).eval(), tok
 
 
 def _colocated(cfg: Config, model, tok, scratch: str, dtype: str = "bfloat16"):
-    from oat_dppo.engine.base import stop_token_ids
-    from oat_dppo.engine.vllm import ColocatedVLLM, VLLMSettings
-    from oat_dppo.models import engine_model_source, policy_weights
-
     settings = VLLMSettings(gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=dtype,
                             enforce_eager=cfg.enforce_eager, max_logprobs=max(20, cfg.topk), seed=0)
     engine = ColocatedVLLM.launch(engine_model_source(cfg.model, model, tok, scratch), settings,
@@ -133,10 +139,6 @@ def _colocated(cfg: Config, model, tok, scratch: str, dtype: str = "bfloat16"):
 
 
 def rollout_section(cfg: Config) -> dict:
-    from oat_dppo.bench.mismatch import sample_prompts
-    from oat_dppo.engine.hf import HFEngine
-    from oat_dppo.models import policy_weights
-
     device = torch.device(cfg.device)
     model, tok = _learner(cfg)
     with tempfile.TemporaryDirectory(prefix="oat_dppo_bench_gpu_") as scratch:
@@ -181,11 +183,6 @@ def rollout_section(cfg: Config) -> dict:
 
 
 def learner_section(cfg: Config) -> dict:
-    from oat_dppo.backends.local import LocalTrainer
-    from oat_dppo.bench.local import capture_update, compare_learner
-    from oat_dppo.config import TrainConfig
-    from oat_dppo.rundir import RunDir
-
     rows = []
     with tempfile.TemporaryDirectory(prefix="oat_dppo_bench_gpu_") as run_dir:
         tc = TrainConfig(
@@ -229,9 +226,6 @@ MISMATCH_ROWS = (("vllm", "bfloat16", "float32"), ("vllm", "bfloat16", "bfloat16
 
 
 def mismatch_row(cfg: Config, engine_kind: str, engine_dtype: str, learner_dtype: str) -> dict:
-    from oat_dppo.bench.mismatch import measure_mismatch, sample_prompts
-    from oat_dppo.engine.hf import HFEngine
-
     model, tok = _learner(cfg, getattr(torch, learner_dtype))
     prompts = sample_prompts(tok, cfg.mismatch_prompts)
     with tempfile.TemporaryDirectory(prefix="oat_dppo_bench_gpu_") as scratch:
@@ -253,8 +247,6 @@ def mismatch_row(cfg: Config, engine_kind: str, engine_dtype: str, learner_dtype
 def _call(cfg: Config, fn: Callable[..., Any], *args: Any) -> Any:
     if not cfg.fresh_processes:
         return fn(cfg, *args)
-    from oat_dppo.bench.memory import in_fresh_process
-
     return in_fresh_process(fn, cfg, *args, timeout=3600)
 
 
@@ -279,8 +271,6 @@ def _ok(good: bool) -> str:
 
 
 def _versions() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     parts = [f"Python {platform.python_version()}", f"torch {torch.__version__}"]
     for dist in ("vllm", "transformers"):
         try:
@@ -370,13 +360,11 @@ def format_tables(results: dict, cfg: Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from oat_dppo.engine.vllm import vllm_unavailable
-
     cfg = parse(Config, argv, prog="python -m oat_dppo.bench gpu", description=__doc__)
     bad = [s for s in cfg.sections if s not in ("rollout", "learner", "mismatch")]
     if bad:
         return fail(f"--sections {' '.join(bad)}: expected rollout, learner or mismatch")
-    why = vllm_unavailable()
+    why = vllm_engine.vllm_unavailable()
     if why:
         return fail(f"bench gpu needs {why}")
     results = run(cfg, progress=lambda s: print(s, file=sys.stderr, flush=True))

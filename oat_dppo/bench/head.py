@@ -22,9 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from oat_dppo.agent import Turn
 from oat_dppo.bench.memory import AllocationTracker, in_fresh_process, peak_rss_delta
 from oat_dppo.cli import fail, opt, parse
+from oat_dppo.learner import collate, trust_region_loss
+from oat_dppo.trust_region import make_trust_region
 
 TARGET_TIME = 1.35  # one extra head forward on top of forward + backward (~3 head matmuls)
 
@@ -50,12 +54,6 @@ class Config:
 
 def build(cfg: Config):
     """(model, batch, trust region): a one-layer Qwen3 and a batch of random prompts and responses."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from oat_dppo.agent import Turn
-    from oat_dppo.learner import collate
-    from oat_dppo.trust_region import make_trust_region
-
     torch.manual_seed(cfg.seed)
     config = Qwen3Config(vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=2 * cfg.hidden,
                          num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=cfg.hidden // 4,
@@ -75,8 +73,6 @@ def build(cfg: Config):
 
 
 def step(model, batch, tr, chunk: int) -> None:
-    from oat_dppo.learner import trust_region_loss
-
     model.zero_grad(set_to_none=True)
     loss, _ = trust_region_loss(model, batch, tr, logits_chunk_tokens=chunk)
     loss.backward()

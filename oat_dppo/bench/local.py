@@ -50,7 +50,14 @@ from typing import Any, Callable
 
 import torch
 
+import oat_dppo.learner.learner as learner_mod
+import oat_dppo.learner.loop as loop_mod
+import oat_dppo.learner.step as step_mod
+from oat_dppo.backends.local import LocalTrainer
 from oat_dppo.cli import fail, opt, parse
+from oat_dppo.config import TrainConfig
+from oat_dppo.learner.batch import TokenBatch
+from oat_dppo.rundir import RunDir
 
 MODELS = ("tiny-qwen3", "smollm2")
 DEFAULT_ENVS = "game:GuessTheNumber-v0-easy,rg:arc_1d"
@@ -135,11 +142,6 @@ class Patches:
 @contextlib.contextmanager
 def instrument(trainer) -> Any:
     """Patch timers around the pieces of `trainer.train_iteration`; yields the `Timers`."""
-    import oat_dppo.learner.learner as learner_mod
-    import oat_dppo.learner.loop as loop_mod
-    import oat_dppo.learner.step as step_mod
-    from oat_dppo.learner.batch import TokenBatch
-
     timers = Timers()
     learner = trainer.learner
     patches = Patches()
@@ -171,8 +173,6 @@ def instrument(trainer) -> Any:
 def capture_update(learner) -> Any:
     """Record the turns of each `learner.update` call and, per optimizer step, its micro-batches (the
     plan the shared learner loop runs, as `TokenBatch`es)."""
-    import oat_dppo.learner.learner as learner_mod
-
     seen: dict[str, list] = {"turns": [], "steps": []}
     update, run_update = learner.update, learner_mod.run_update
 
@@ -266,10 +266,6 @@ def compare_learner(trainer, turns: list, *, reps: int, seed: int, compare_turns
 
 
 def make_trainer(model: str, env: str, cfg: Config, run_dir: str):
-    from oat_dppo.backends.local import LocalTrainer
-    from oat_dppo.config import TrainConfig
-    from oat_dppo.rundir import RunDir
-
     tc = TrainConfig(
         model=model, env=env, response_prefix=cfg.response_prefix, episodes_per_iteration=cfg.episodes,
         iterations=cfg.warmup + cfg.iterations, max_new_tokens=cfg.max_new_tokens, trust_region=cfg.trust_region,

@@ -9,6 +9,9 @@
 from __future__ import annotations
 
 import ctypes
+import multiprocessing as mp
+import queue as queue_mod
+import time
 from typing import Any, Callable
 
 import torch
@@ -72,10 +75,6 @@ def in_fresh_process(fn: Callable[..., Any], *args: Any, timeout: float = 1800) 
     """`fn(*args)` in a freshly spawned Python process (so memory measured there starts clean);
     `fn` must be a module-level function, its result picklable. A child that dies without a
     result (an exception, the OOM killer) raises RuntimeError at once instead of a hang."""
-    import multiprocessing as mp
-    import queue as queue_mod
-    import time
-
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     proc = ctx.Process(target=_child_main, args=(fn, args, results))

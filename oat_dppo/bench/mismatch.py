@@ -13,6 +13,7 @@ import torch
 
 from oat_dppo.agent.types import Turn
 from oat_dppo.engine.base import Generation, pad_token_id
+from oat_dppo.envs import render_prompt
 from oat_dppo.learner.batch import collate
 from oat_dppo.learner.logprobs import policy_logprobs
 from oat_dppo.trust_region.divergences import topk_tv
@@ -80,8 +81,6 @@ _TASKS = (
 
 def sample_prompts(tokenizer, n: int, template: str = "chatml") -> list[list[int]]:
     """`n` varied chat prompts (token ids) for throughput and mismatch measurements."""
-    from oat_dppo.envs import render_prompt
-
     out = []
     for i in range(n):
         text = _TASKS[i % len(_TASKS)].format(hi=10 + i, a=3 * i + 7, b=i % 9 + 2)

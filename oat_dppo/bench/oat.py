@@ -5,7 +5,8 @@
 
 Same CPU batch (Oat's own `TransitionDataset` collate of real `TransitionData`), same tiny Qwen3,
 four learners built by the CPU harness (tests/oat_harness.py: Oat's real learner classes and `_init`
-chain, `CpuStrategy` for the DeepSpeed engine, vllm/launchpad import fakes where missing):
+chain, a real DeepSpeed engine (stage 0) from Oat's DeepspeedStrategy, vllm/launchpad import fakes
+where missing):
 
 * stock:          Oat's `PPOLearner.learning_step` (recompute of pi_old + ratio clip; the logits
                   head, as the fused head with micro-batch > 1 trains only the head, see
@@ -66,7 +67,7 @@ def _harness():
         raise SystemExit("the Oat benchmark needs a source checkout (tests/oat_harness.py) and `make setup-oat`")
     if str(tests) not in sys.path:
         sys.path.insert(0, str(tests))
-    import oat_harness
+    import oat_harness  # the tests' Oat harness (tests/ on sys.path): only when this benchmark runs
 
     return oat_harness
 

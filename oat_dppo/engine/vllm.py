@@ -174,7 +174,7 @@ def vllm_unavailable() -> str | None:
         importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
         return "the vllm package, which is not installed"
-    import torch
+    import torch  # only once vLLM is known to be installed
 
     if not torch.cuda.is_available():
         return "a CUDA GPU, which this machine lacks"

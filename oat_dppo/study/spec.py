@@ -16,7 +16,7 @@
     variant = [{trust_region = "dppo_binary_tv", delta = 0.2}, {trust_region = "ppo_clip"}]  # bundles
 
 Every problem (unknown key, wrong type, unknown trust region or environment, a combination
-`oat_dppo.config.validate` rejects) is reported as `FILE:LINE: message` with the valid choices,
+`oat_dppo.config.validate` rejects) is reported as `FILE: [table] key: message` with the valid choices,
 all of them at once, before anything runs: `StudyError`.
 """
 
@@ -38,7 +38,11 @@ try:
 except ModuleNotFoundError:  # Python 3.10 (the Oat profile): the same parser as a package
     import tomli as tomllib
 
+import fnmatch
+import os
+
 from oat_dppo.config import ConfigError, TrainConfig, to_dict, trust_region_params, validate
+from oat_dppo.plot.data import IGNORED_CONFIG_KEYS
 
 STUDY_KEYS = {
     "name": "the study's name (default: the file name without .toml)",
@@ -120,8 +124,6 @@ class Study:
 
 
 def name_matches(name: str, pattern: str) -> bool:
-    import fnmatch
-
     if any(ch in pattern for ch in "*?["):
         return fnmatch.fnmatchcase(name, pattern)
     return pattern in name
@@ -387,12 +389,12 @@ def _locate(chk: _Checker, run: RunSpec, names: list[str]) -> str | None:
 
 def _env_problem(env: str) -> str | None:
     """Why `env` is not a known environment id, or None (also when GEM is not installed)."""
-    from oat_dppo.envs.presets import FIRST_CLASS_ENV_IDS, LOCAL_MATH_ID, PROCEDURAL_MATH_ID, family_of
+    from oat_dppo.envs.presets import FIRST_CLASS_ENV_IDS, LOCAL_MATH_ID, PROCEDURAL_MATH_ID, family_of  # noqa: E501 (lazy: env ids are checked only here)
 
     if env in FIRST_CLASS_ENV_IDS or env in (LOCAL_MATH_ID, PROCEDURAL_MATH_ID) or family_of(env) == "import":
         return None
     try:
-        from oat_dppo.envs._gem import gem_registry
+        from oat_dppo.envs._gem import gem_registry  # GEM (~1 s): only for GEM ids
 
         ids = set(gem_registry())
     except Exception:  # no GEM here: the run itself will say
@@ -406,7 +408,7 @@ def _env_problem(env: str) -> str | None:
 
 
 def _check_runs(chk: _Checker, runs: list[RunSpec]) -> None:
-    from oat_dppo.trust_region import available, make_trust_region
+    from oat_dppo.trust_region import available, make_trust_region  # torch: only when runs are checked
 
     names = available()
     env_checked: dict[str, str | None] = {}
@@ -477,8 +479,6 @@ def load_study(path: str | Path, *, parallel: int | None = None) -> Study:
         raise StudyError(chk.errors)
 
     out = Path(study["out"] or Path("runs") / "studies" / study["name"])
-    import os
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = max(1, cores // study["parallel"])
     runs: list[RunSpec] = []
@@ -521,8 +521,6 @@ def _describe(grid: dict[str, Any]) -> str:
 def config_differences(saved: dict, run: RunSpec) -> list[str]:
     """Options in which an existing run directory's config.json differs from the study's run
     (bookkeeping keys such as seed-independent paths, threads or iterations aside)."""
-    from oat_dppo.plot.data import IGNORED_CONFIG_KEYS
-
     ignore = (set(IGNORED_CONFIG_KEYS) - {"seed"}) | {"backend"}
     want = json.loads(json.dumps(to_dict(run.config)))
     diffs = []

@@ -29,8 +29,8 @@ from typing import Annotated, Any, Optional
 import tyro
 
 from oat_dppo import config as _config
-from oat_dppo.components import build_trust_region
 from oat_dppo.cli import fail
+from oat_dppo.components import build_trust_region
 from oat_dppo.config import ConfigError, TrainConfig
 from oat_dppo.trust_region import requirements
 

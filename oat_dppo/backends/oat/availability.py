@@ -39,7 +39,7 @@ def missing() -> list[str]:
     """What the Oat backend needs that this machine lacks (empty: everything is here)."""
     out = missing_packages()
     try:
-        import torch
+        import torch  # only once the Oat stack is known to be installed
     except ImportError:
         return out + ["torch"]
     if not torch.cuda.is_available():
