@@ -60,7 +60,7 @@ def procedural_math_dataset(
     if not tasks or size < 1:
         raise ValueError("procedural math needs at least one task and size >= 1")
     import datasets  # heavy (pyarrow): only when a pool is built
-    import reasoning_gym
+    import reasoning_gym  # its task registry: only when a pool is built
 
     unknown = [t for t in tasks if t not in reasoning_gym.factory.DATASETS]
     if unknown:

@@ -40,6 +40,7 @@ class ExportConfig:
 def export(run_dir: str | Path, out_dir: str | Path, *, dtype: str = "auto", overwrite: bool = False) -> Path:
     """Write the trained policy of `run_dir` to `out_dir`; returns `out_dir`. Bad input raises
     `ConfigError` / `RunDirError` (one line)."""
+    # torch and transformers after the arguments are parsed: `--help` and bad input answer at once
     import torch
 
     from oat_dppo.backends.local.checkpoint import CheckpointError, trained_weights

@@ -73,7 +73,7 @@ def _harness():
 
 
 def build(cfg: Config):
-    H = _harness()
+    H = _harness()  # installs the vllm/launchpad fakes that the Oat imports below need on CPU
     from oat.args import default_args_validation
 
     from oat_dppo.backends.oat.args import DPPOArgs, finalize

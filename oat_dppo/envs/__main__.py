@@ -10,13 +10,12 @@ from typing import Annotated, Optional
 import tyro
 
 from oat_dppo.cli import opt, parse
+from oat_dppo.envs.presets import FIRST_CLASS_ENV_IDS, HUB_FAMILIES, family_of, get_preset, known_env_ids
 
 _FAMILY_ORDER = ("game", "rg", "math", "eval", "code", "qa", "logic")
 
 
 def _print_ids() -> None:
-    from oat_dppo.envs.presets import FIRST_CLASS_ENV_IDS, HUB_FAMILIES, family_of, known_env_ids
-
     groups: dict[str, list[str]] = defaultdict(list)
     for env_id in known_env_ids():
         groups[family_of(env_id)].append(env_id)
@@ -34,8 +33,6 @@ def _print_ids() -> None:
 
 
 def _print_preset(env_id: str) -> None:
-    from oat_dppo.envs.presets import get_preset
-
     preset = get_preset(env_id)
     for f in fields(preset):
         value = getattr(preset, f.name)

@@ -29,7 +29,7 @@ def import_gem() -> Any:
 def gem_registry() -> dict[str, Any]:
     """GEM's id -> EnvSpec table (every `gem.register`ed id)."""
     import_gem()
-    from gem.envs.registration import ENV_REGISTRY
+    from gem.envs.registration import ENV_REGISTRY  # GEM: imported just above
 
     return ENV_REGISTRY
 

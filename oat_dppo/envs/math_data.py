@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from oat_dppo.envs._gem import import_gem  # cheap: GEM itself is imported on the first call
 from oat_dppo.envs.errors import DatasetUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ MATH_DATA_HINT = (
 def _read_records(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if path.is_dir():
-        import datasets
+        import datasets  # HF datasets (pyarrow, fsspec): only for a saved-dataset directory
 
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
@@ -44,7 +45,7 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
             loaded = loaded[split]
         return loaded.to_list()
     if suffix == ".parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # only for a .parquet file
 
         return pq.read_table(path).to_pylist()
     if suffix == ".csv":
@@ -128,7 +129,7 @@ def load_math_file(
         raise DatasetUnavailableError(f"{path}: every row lacks a problem or an answer")
     if any(isinstance(a, list) for a in answers):  # an arrow column holds one type
         answers = [a if isinstance(a, list) else [a] for a in answers]
-    import datasets
+    import datasets  # HF datasets: only once a file is read
 
     return datasets.Dataset.from_dict({"problem": problems, "answer": answers})
 
@@ -136,13 +137,11 @@ def load_math_file(
 def make_math_env(dataset: Any, *, data_seed: int, use_mp: bool = False, env_id: str | None = None,
                   **kwargs: Any) -> Any:
     """GEM's MathEnv over `dataset` (through `gem.make(env_id, dataset=...)` for a GEM id)."""
-    from oat_dppo.envs._gem import import_gem
-
     gem = import_gem()
     if env_id is not None:
         return gem.make(env_id, dataset=dataset, question_key="problem", answer_key="answer",
                         seed=data_seed, use_mp=use_mp, **kwargs)
-    from gem.envs.math_env import MathEnv
+    from gem.envs.math_env import MathEnv  # GEM: imported just above, by import_gem
 
     return MathEnv(dataset=dataset, question_key="problem", answer_key="answer", seed=data_seed,
                    use_mp=use_mp, **kwargs)

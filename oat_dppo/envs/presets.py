@@ -11,6 +11,8 @@ from oat_dppo_envs import DEFAULT_MAX_TURNS, EVAL_SEED_OFFSET, FIRST_CLASS, OWN_
 from oat_dppo_envs.math import LOCAL_MATH_ID, PROCEDURAL_MATH_ID
 from oat_dppo_envs.preset import BOXED_ASK, frozen
 
+from oat_dppo.envs._gem import gem_registry  # cheap: GEM itself is imported on the first call
+
 FIRST_CLASS_ENV_IDS: tuple[str, ...] = tuple(FIRST_CLASS)
 # Families whose GEM envs load a dataset from the Hugging Face hub (`dataset_name=` in the spec).
 HUB_FAMILIES = ("math", "eval", "code", "qa", "logic")
@@ -43,11 +45,7 @@ def get_preset(env_id: str) -> EnvPreset:
         return FIRST_CLASS[env_id]
     family = family_of(env_id)
     if family == "game":
-        from oat_dppo.envs._gem import (
-            gem_registry,  # GEM takes about 1 s to import: only for games
-        )
-
-        spec = gem_registry().get(env_id)
+        spec = gem_registry().get(env_id)  # imports GEM (about 1 s): only for games
         return games.family_preset(env_id, spec.kwargs.get("max_turns") if spec is not None else None)
     if family == "rg":
         return reasoning_gym.family_preset(env_id)
@@ -61,8 +59,6 @@ def get_preset(env_id: str) -> EnvPreset:
 
 
 def _gem_entry_point(env_id: str) -> str:
-    from oat_dppo.envs._gem import gem_registry
-
     spec = gem_registry().get(env_id)
     return str(spec.entry_point) if spec is not None else ""
 
@@ -92,8 +88,6 @@ def _hub_preset(env_id: str, family: str) -> EnvPreset:
             "e.g., ```python\n# YOUR CODE HERE\n```.",
         )
     if entry_point.endswith("qa_env:QaEnv"):
-        from oat_dppo.envs._gem import gem_registry
-
         if not gem_registry()[env_id].kwargs.get("extract_boxed", False):
             return replace(
                 base, action_format="answer_tag",
@@ -106,6 +100,4 @@ def _hub_preset(env_id: str, family: str) -> EnvPreset:
 def known_env_ids() -> list[str]:
     """Every id `make_env` knows by name: all GEM-registered ids, `math`, `math:procedural` and the
     project's own (sorted). Imports GEM."""
-    from oat_dppo.envs._gem import gem_registry
-
     return sorted(set(gem_registry()) | {LOCAL_MATH_ID, PROCEDURAL_MATH_ID} | set(OWN_ENV_IDS))

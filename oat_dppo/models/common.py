@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import transformers
+from huggingface_hub import constants as hub_constants
+from huggingface_hub import try_to_load_from_cache
 
 SMOLLM2 = "smollm2"
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -30,18 +32,12 @@ def hub_offline() -> bool:
     env = os.environ.get("HF_HUB_OFFLINE", "") or os.environ.get("TRANSFORMERS_OFFLINE", "")
     if env.strip().upper() in {"1", "ON", "YES", "TRUE"}:
         return True
-    try:  # read at import time by huggingface_hub; covers a value set before this process started
-        from huggingface_hub import constants
-
-        return bool(constants.HF_HUB_OFFLINE)
-    except Exception:
-        return False
+    # huggingface_hub reads it at import time: covers a value set before this process started
+    return bool(getattr(hub_constants, "HF_HUB_OFFLINE", False))
 
 
 def in_hf_cache(repo_id: str) -> bool:
     try:
-        from huggingface_hub import try_to_load_from_cache
-
         hit = try_to_load_from_cache(repo_id=repo_id, filename="config.json")
     except Exception:  # invalid repo id syntax and the like: certainly not cached
         return False

@@ -166,7 +166,7 @@ def _smollm2_tokenizer(gguf_tok) -> PreTrainedTokenizerFast:
 @contextlib.contextmanager
 def _file_lock(path: Path):
     try:
-        import fcntl
+        import fcntl  # POSIX only
     except ImportError:  # Windows: rely on the atomic rename alone
         yield
         return

@@ -15,6 +15,7 @@ from typing import IO, Annotated, Optional
 import tyro
 
 from oat_dppo.cli import EXIT_BAD_INPUT, opt, parse
+from oat_dppo.study.spec import StudyError, load_study
 
 LOCK_NAME = ".study.lock"
 
@@ -55,8 +56,6 @@ def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse(StudyArgs, argv, prog="python -m oat_dppo.study", description=DESCRIPTION)
 
-    from oat_dppo.study.spec import StudyError, load_study
-
     def bad(lines: list[str]) -> int:
         for line in lines:
             print(f"error: {line}", file=err)
@@ -77,7 +76,7 @@ def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None
     if args.report:
         return _report(study, runs, out, err, empty_is_error=True)
 
-    from oat_dppo.study.runner import LocalRunner, conflicts, print_plan, run_state, write_oat_script
+    from oat_dppo.study.runner import LocalRunner, conflicts, print_plan, run_state, write_oat_script  # numpy
 
     problems = conflicts(runs)
     if problems:
@@ -119,7 +118,7 @@ def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None
 
 
 def _report(study, runs, out: IO, err: IO, *, empty_is_error: bool) -> int:
-    from oat_dppo.study.report import write_report
+    from oat_dppo.study.report import write_report  # numpy; matplotlib once figures are drawn
     from oat_dppo.study.runner import conflicts
 
     for problem in conflicts(runs):
@@ -142,7 +141,7 @@ def _exclusive(out_dir: Path):
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / LOCK_NAME, "a") as f:
         try:
-            import fcntl
+            import fcntl  # POSIX only
 
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except ImportError:  # no flock on this platform: no guard

@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from oat_dppo.config import to_dict
+from oat_dppo.envs import get_preset
 from oat_dppo.plot.data import IGNORED_CONFIG_KEYS, MetricTable, Run, Series, load_run
 from oat_dppo.study.spec import NAME_KEYS, RunSpec, Study, format_value
 
@@ -282,8 +283,6 @@ RUN_CSV_COLUMNS = ("name", "model", "env", "engine", "trust_region", "seed", "it
 
 def format_failure_floor(run: RunSpec) -> float:
     """The mean episode reward of a batch in which every episode failed its first turn's format."""
-    from oat_dppo.envs import get_preset
-
     return get_preset(run.config.env).format_failure_reward + run.config.format_penalty
 
 
@@ -354,6 +353,7 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
 def write_figures(study: Study, groups: Sequence[Group], loaded: dict[str, Run]) -> list[Path]:
     """reward.png, mismatch.png, kept.png: a grid of panels (rows: models, columns: envs), one line
     per trust region (and other varied options) with a ± std band over seeds."""
+    # matplotlib (about 0.5 s): only when figures are drawn
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 

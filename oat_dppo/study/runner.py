@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from oat_dppo.plot.data import read_metrics
 from oat_dppo.rundir import checkpoint_exists
 from oat_dppo.study.spec import RunSpec, Study, config_differences, option_args
 
@@ -51,8 +52,6 @@ def _quiet(_msg: str) -> None:
 
 def read_progress(run_dir: Path) -> tuple[list[int], float | None]:
     """(iterations logged, the latest rollout/reward_mean) of a run directory."""
-    from oat_dppo.plot.data import read_metrics
-
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return [], None

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import fnmatch
 import itertools
 import json
+import os
 import re
 import types
 import typing
@@ -37,9 +39,6 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10 (the Oat profile): the same parser as a package
     import tomli as tomllib
-
-import fnmatch
-import os
 
 from oat_dppo.config import ConfigError, TrainConfig, to_dict, trust_region_params, validate
 from oat_dppo.plot.data import IGNORED_CONFIG_KEYS

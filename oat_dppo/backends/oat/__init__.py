@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import sys
 
+from oat_dppo.backends.oat.availability import require  # cheap: package metadata only
+
 
 def launch(cfg) -> int:
-    from oat_dppo.backends.oat.program import launch as _launch
+    from oat_dppo.backends.oat.program import launch as _launch  # Oat, DeepSpeed, vLLM: only to launch
 
     return _launch(cfg)
 
@@ -25,11 +27,10 @@ def main(argv: list[str]) -> int:
     """`python -m oat_dppo.main --backend oat ...`: Oat's options (not `TrainConfig` fields, so main
     hands the command line over before its own parsing) with the local ones: parse, check, launch.
     Raises `ConfigError` for bad input (the caller prints it, exit status 2)."""
-    from oat_dppo.backends.oat.availability import require
-
     if not any(a in ("-h", "--help") for a in argv):  # --help lists the options even where the stack is missing
         require()
-    from oat_dppo.backends.oat.args import finalize, parse  # Oat: torch, deepspeed (and vLLM where present)
+    # Oat: torch, deepspeed (and vLLM where present), once the stack is known to be there
+    from oat_dppo.backends.oat.args import finalize, parse
     from oat_dppo.backends.oat.program import launch
 
     args = parse(argv)

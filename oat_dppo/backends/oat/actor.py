@@ -24,7 +24,9 @@ import random
 import time
 from typing import Sequence
 
+import vllm
 from oat.algorithms.ppo import PPOActor
+from vllm.lora.request import LoRARequest
 
 from oat_dppo.agent import EVAL_KEYS, PromptFormat, assign_advantages, episode_metrics, play_episodes
 from oat_dppo.backends.oat.args import to_train_config
@@ -51,8 +53,6 @@ class DPPOActor(PPOActor):
 
     def setup_agent(self) -> None:
         """Everything the agent loop needs, from `self.llm`, `self.tokenizer` and `self.args`."""
-        import vllm
-
         args = self.args
         tok = self.tokenizer
         self.prompt = PromptFormat(tok, resolve_template(self.cfg, tok), args.system_prompt, args.response_prefix)
@@ -77,8 +77,6 @@ class DPPOActor(PPOActor):
         `generate_mode` flag (the learner waits on it before an asynchronous weight sync)."""
         lora = None
         if getattr(self, "use_lora_req", False) and getattr(self, "lora_path", None):
-            from vllm.lora.request import LoRARequest
-
             lora = LoRARequest(os.path.basename(self.lora_path), hash(self.lora_path), self.lora_path)
         self.generate_mode = True
         try:

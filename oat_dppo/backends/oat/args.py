@@ -24,6 +24,7 @@ import dataclasses
 import math
 import sys
 import typing
+import warnings
 from typing import Annotated, Any, Optional
 
 import tyro
@@ -32,6 +33,7 @@ from oat_dppo import config as _config
 from oat_dppo.cli import fail
 from oat_dppo.components import build_trust_region
 from oat_dppo.config import ConfigError, TrainConfig
+from oat_dppo.envs import get_preset
 from oat_dppo.trust_region import requirements
 
 # ---------------------------------------------------------------------------------------------
@@ -142,7 +144,7 @@ def _oat_base() -> tuple[type | None, str | None]:
     except ImportError as e:  # vLLM missing: OATArgs (torch + tyro only) keeps Oat's general options
         why = f"{type(e).__name__}: {e}"
     try:
-        from oat.args import OATArgs
+        from oat.args import OATArgs  # torch + tyro only
 
         return OATArgs, f"oat.algorithms.ppo does not import here ({why})"
     except ImportError as e:
@@ -225,8 +227,6 @@ DPPOArgs = _build(OatArgs)
 
 def parse(argv: list[str]) -> Any:
     """`DPPOArgs` from a command line (prints help and exits on --help)."""
-    import warnings
-
     description = DPPOArgs.__doc__ or ""
     if OAT_ARGS_MISSING:
         description += f"\n\nNote: PPO's own options appear where Oat's PPO module imports: {OAT_ARGS_MISSING}."
@@ -341,8 +341,6 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
         args.eps_low = args.cliprange if args.eps_low is None else args.eps_low
         args.eps_high = args.cliprange if args.eps_high is None else args.eps_high
     if args.generate_max_length is None or args.gamma is None:
-        from oat_dppo.envs import get_preset  # cheap: no GEM import
-
         preset = get_preset(args.env)
         if args.generate_max_length is None:
             args.generate_max_length = preset.max_new_tokens
@@ -419,7 +417,7 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
 
 def oat_validate(args) -> None:
     """Oat's own `default_args_validation` (GPU count, ZeRO-3/fused head, bf16+fp16), as one line."""
-    from oat.args import default_args_validation
+    from oat.args import default_args_validation  # Oat: deferred with the argument class (see _oat_base)
 
     try:
         default_args_validation(args)

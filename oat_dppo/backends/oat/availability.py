@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.metadata
 
+from oat_dppo.config import ConfigError  # tyro and the standard library
+
 GPU_GUIDE = "docs/gpu.md"
 
 # (distribution names to try, what to tell the user)
@@ -49,8 +51,6 @@ def missing() -> list[str]:
 
 def require() -> None:
     """Raise `ConfigError` naming what the Oat backend lacks on this machine (if anything)."""
-    from oat_dppo.config import ConfigError
-
     lacking = missing()
     if lacking:
         raise ConfigError(f"--backend oat needs {', '.join(lacking)}, which this machine lacks. The GPU install "

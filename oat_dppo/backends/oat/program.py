@@ -16,6 +16,7 @@ from oat_dppo.config import TrainConfig
 
 def build_program(args):
     """(launchpad program, local resources) from Oat's `get_program`."""
+    # Oat's program and our actor import vLLM and launchpad: only when a program is built
     from oat.interface import get_program
 
     from oat_dppo.backends.oat.actor import DPPOActor
@@ -35,7 +36,7 @@ def launch(cfg, *, finalized: bool = False) -> int:
             print(f"note: {note}", file=sys.stderr)
     oat_validate(args)  # Oat's own checks (GPU count, ...), as its entry points run them
     program, resources = build_program(args)
-    import launchpad as lp
+    import launchpad as lp  # only on the GPU stack (the tests fake it)
 
     lp.launch(program, launch_type=args.launch_type, local_resources=resources, terminal="current_terminal")
     return 0
