@@ -1,7 +1,5 @@
 """A user-written trust region, loaded by import path in tests ("helpers.user_trust_regions:make")."""
 
-import torch
-
 from oat_dppo.trust_region import MaskedPolicyGradient
 
 
