@@ -43,9 +43,7 @@ def resolve_template(cfg: TrainConfig, model_or_tokenizer: Any) -> str:
     """`--template`, or (auto) the template of the model's family: qwen3, llama3, chatml, else raw."""
     if cfg.template != "auto":
         return cfg.template
-    from oat_dppo.models import (
-        model_family,  # transformers: only where a model is at hand anyway
-    )
+    from oat_dppo.models import model_family  # transformers: only where a model is at hand anyway
 
     family = model_family(cfg.model)
     if family == "raw" and cfg.model not in TINY_MODEL_NAMES:

@@ -31,8 +31,6 @@ def _alias(*names: str):
     return tyro.conf.arg(aliases=names)
 
 
-
-
 @dataclass
 class TrainConfig:
     """Train an LLM agent on a GEM environment with a pluggable trust region (DPPO by default).

@@ -17,6 +17,7 @@ from typing import Literal
 
 import tyro
 
+from oat_dppo.cli import fail, parse
 from oat_dppo.config import ConfigError, from_dict
 from oat_dppo.rundir import RunDir, RunDirError
 
@@ -72,12 +73,11 @@ def export(run_dir: str | Path, out_dir: str | Path, *, dtype: str = "auto", ove
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = tyro.cli(ExportConfig, args=argv, prog=PROG, description=__doc__)
+    cfg = parse(ExportConfig, argv, prog=PROG, description=__doc__)
     try:
         out = export(cfg.run_dir, cfg.out_dir, dtype=cfg.dtype, overwrite=cfg.overwrite)
     except (ConfigError, RunDirError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
     print(f"exported {cfg.run_dir} to {out} (load with transformers' from_pretrained, or --model {out})",
           file=sys.stderr)
     return 0

@@ -17,6 +17,8 @@ from typing import Optional
 
 import tyro
 
+from oat_dppo.backends import oat as oat_backend  # cheap: Oat itself is imported by launch/main
+from oat_dppo.backends.oat.availability import missing, missing_packages, require
 from oat_dppo.cli import fail
 from oat_dppo.cli import parse as parse_cli
 from oat_dppo.config import Backend, ConfigError, TrainConfig, from_dict, validate
@@ -71,14 +73,6 @@ def resumed_config(saved: TrainConfig, requested: TrainConfig) -> TrainConfig:
     return requested
 
 
-def missing_for_oat() -> list[str]:
-    """What the Oat backend needs that this machine lacks (by installed distributions: the test
-    suite's vllm/launchpad import fakes make `find_spec` lie)."""
-    from oat_dppo.backends.oat.availability import missing  # imports torch (for CUDA): only when asked
-
-    return missing()
-
-
 def wants_oat(argv: list[str]) -> bool:
     """Does this command line run on the Oat backend? --backend oat; or auto (the default) where the
     whole stack is installed, except for --resume (a local run directory)."""
@@ -87,20 +81,16 @@ def wants_oat(argv: list[str]) -> bool:
         return True
     if r.backend != "auto" or r.resume is not None:
         return False
-    from oat_dppo.backends.oat.availability import missing_packages  # cheap, but only for --backend auto
-
-    return not missing_packages() and not missing_for_oat()  # packages first: no torch import otherwise
+    return not missing_packages() and not missing()  # packages first: missing() imports torch (for CUDA)
 
 
 def choose_backend(cfg: TrainConfig) -> str:
     if cfg.backend == "local":
         return "local"
     if cfg.backend == "oat":
-        from oat_dppo.backends.oat.availability import require  # imports torch (for CUDA)
-
         require()
         return "oat"
-    return "local" if missing_for_oat() else "oat"
+    return "local" if missing() else "oat"
 
 
 def default_run_dir(cfg: TrainConfig) -> str:
@@ -114,9 +104,7 @@ def run(cfg: TrainConfig) -> int:
     can break (strategy, environment, model, engine) has been built."""
     validate(cfg)
     if choose_backend(cfg) == "oat":
-        from oat_dppo.backends.oat import launch  # noqa: PLC0415 (GPU only)
-
-        return launch(cfg)
+        return oat_backend.launch(cfg)
     from oat_dppo.backends.local import LocalTrainer, resolve_engine  # torch, transformers: not for --help
 
     cfg.engine = resolve_engine(cfg)
@@ -140,9 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         if wants_oat(argv):  # Oat's options are not TrainConfig fields: its own parser (and --help)
-            from oat_dppo.backends.oat import main as oat_main  # noqa: PLC0415
-
-            return oat_main(argv)
+            return oat_backend.main(argv)
         return run(parse(argv))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -50,8 +50,6 @@ class Config:
     seed: int = opt(0, "seed of the model and the batch")
 
 
-
-
 def build(cfg: Config):
     """(model, batch, trust region): a one-layer Qwen3 and a batch of random prompts and responses."""
     torch.manual_seed(cfg.seed)

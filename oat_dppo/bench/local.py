@@ -67,7 +67,7 @@ TARGET_LEARNER_VS_BARE = 0.90  # learner tokens/s at least this fraction of the 
 
 @dataclass
 class Config:
-    model: str = opt("both", "models to time: tiny-qwen3, smollm2, a comma-separated list of them, or 'both'")
+    model: str = opt("both", f"models to time: {', '.join(MODELS)}, a comma-separated list of them, or 'both'")
     env: str = opt(DEFAULT_ENVS, "GEM environment ids, comma-separated")
     episodes: int = opt(16, "episodes per iteration")
     iterations: int = opt(3, "timed iterations per (model, env)")

@@ -58,8 +58,6 @@ class Config:
     seed: int = opt(0, "seed of the synthetic batch and the weights")
 
 
-
-
 def _harness():
     """The CPU harness lives with the tests (it fakes only vllm/launchpad, and only where missing)."""
     tests = Path(__file__).resolve().parents[2] / "tests"

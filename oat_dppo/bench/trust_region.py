@@ -45,8 +45,6 @@ class Config:
     )
 
 
-
-
 def make_inputs(cfg: Config, with_topk: bool) -> TrustRegionInputs:
     """Synthetic but realistic: mu long-tailed, pi a perturbed mu, top-K slots sorted, sampled token
     outside the top-K in about 10% of positions. Built in place to keep memory transients small."""

@@ -84,7 +84,8 @@ class _RowBudget(StoppingCriteria):
 def _blank_model_defaults(model):
     """Swap every generation_config under `model` (a peft wrapper holds the HF model inside) for a
     blank one, so generate() has no checkpoint defaults to merge into `_sampling_config`."""
-    saved = [(m, m.generation_config) for m in model.modules() if isinstance(vars(m).get("generation_config"), GenerationConfig)]
+    saved = [(m, m.generation_config) for m in model.modules()
+             if isinstance(vars(m).get("generation_config"), GenerationConfig)]
     try:
         for m, _ in saved:
             m.generation_config = GenerationConfig()

@@ -53,7 +53,7 @@ def _head_logprobs(head, softcap: float | None, hidden: Tensor, targets: Tensor,
     if not stats.get("filled"):
         stats["filled"] = True
         with torch.no_grad():
-            probs = logp_all.exp() if with_entropy or topk_ids is not None else None  # [n, V], the one temporary
+            probs = logp_all.exp() if with_entropy or topk_ids is not None else None  # [n, V]
             if with_entropy:
                 stats["entropy"] = -_rowwise_dot(probs, logp_all)  # [n]
             if topk_ids is not None:

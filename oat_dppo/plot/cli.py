@@ -50,8 +50,8 @@ DESCRIPTION = (
 class PlotArgs:
     paths: Annotated[tyro.conf.Positional[tuple[str, ...]], tyro.conf.arg(metavar="RUN_DIR ...")] = field(
         metadata={"help": f"run directories (with {METRICS_FILE} and config.json), or directories searched for them"})
-    out: Annotated[Optional[str], tyro.conf.arg(metavar="DIR")] = opt(None, "where the PNGs go (created; default: the run directory when there is one run, "
-                                   "else ./plots)")
+    out: Annotated[Optional[str], tyro.conf.arg(metavar="DIR")] = opt(
+        None, "where the PNGs go (created; default: the run directory when there is one run, else ./plots)")
     x: Literal["iteration", "wall_time"] = opt("iteration", "x axis: training iteration, or wall time since the run "
                                                              "started (mean over seeds)")
     metrics: str = opt(",".join(DEFAULT_PANELS), "comma-separated panel names or metric keys, one panel each; a "

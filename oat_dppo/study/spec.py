@@ -252,21 +252,20 @@ def _check_option(chk: _Checker, key: str, value: Any, table: str, axis: str, in
     """Check one option name and value; (converted value, ok)."""
     where = (table, axis)
     loc = chk.at(*where, key=key) if in_bundle else chk.at(*where)
-    label = loc
     if key not in FIELDS:
         chk.error(
             loc,
-            f"{label}: unknown option {key!r}{_suggest(key, FIELDS)}; valid options (python -m oat_dppo.main "
+            f"{loc}: unknown option {key!r}{_suggest(key, FIELDS)}; valid options (python -m oat_dppo.main "
             f"--help): {', '.join(n for n in FIELDS if n not in RESERVED)}",
         )
         return value, False
     if key in RESERVED:
-        chk.error(loc, f"{label}: {key} is set by the study runner ({RESERVED[key]})")
+        chk.error(loc, f"{loc}: {key} is set by the study runner ({RESERVED[key]})")
         return value, False
     converted, problem = _type_check(key, value)
     if problem:
         chk.error(chk.at(*where, key=key if in_bundle else None, value=value) if table == "grid" else loc,
-                  f"{label}: {problem}")
+                  f"{loc}: {problem}")
         return value, False
     return converted, True
 
@@ -388,13 +387,13 @@ def _locate(chk: _Checker, run: RunSpec, names: list[str]) -> str | None:
 
 def _env_problem(env: str) -> str | None:
     """Why `env` is not a known environment id, or None (also when GEM is not installed)."""
-    from oat_dppo.envs.presets import FIRST_CLASS_ENV_IDS, LOCAL_MATH_ID, PROCEDURAL_MATH_ID, family_of  # noqa: E501 (lazy: env ids are checked only here)
+    # env packages: only once a study is checked; gem_registry() imports GEM (~1 s), for GEM ids only
+    from oat_dppo.envs._gem import gem_registry
+    from oat_dppo.envs.presets import FIRST_CLASS_ENV_IDS, LOCAL_MATH_ID, PROCEDURAL_MATH_ID, family_of
 
     if env in FIRST_CLASS_ENV_IDS or env in (LOCAL_MATH_ID, PROCEDURAL_MATH_ID) or family_of(env) == "import":
         return None
     try:
-        from oat_dppo.envs._gem import gem_registry  # GEM (~1 s): only for GEM ids
-
         ids = set(gem_registry())
     except Exception:  # no GEM here: the run itself will say
         return None

@@ -215,9 +215,7 @@ class LocalTrainer:
     # -- logging -----------------------------------------------------------------------------------
     def _make_writer(self):
         if self.cfg.log == "tensorboard":
-            from torch.utils.tensorboard import (
-                SummaryWriter,  # tensorflow-sized import: only when used
-            )
+            from torch.utils.tensorboard import SummaryWriter  # tensorflow-sized import: only when used
 
             return SummaryWriter(str(self.run_dir.events_path))
         if self.cfg.log == "wandb":

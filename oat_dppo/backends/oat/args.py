@@ -454,7 +454,10 @@ def main(argv: list[str] | None = None) -> int:
     No GPU or launchpad needed; Oat's PPO module is (it imports vLLM)."""
     runs: list[list[str]] = [[]]
     for a in sys.argv[1:] if argv is None else argv:
-        runs.append([]) if a == CONFIG_SEPARATOR else runs[-1].append(a)
+        if a == CONFIG_SEPARATOR:
+            runs.append([])
+        else:
+            runs[-1].append(a)
     for i, run in enumerate(runs):
         try:
             args, notes = resolve(run)

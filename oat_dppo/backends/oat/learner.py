@@ -105,26 +105,24 @@ class MetricsFile:
     def __init__(self, path: Path, inner=None):
         self.path, self.inner = path, inner
         self.last_step = None
+        self.rows = sum(1 for _ in path.open()) if path.exists() else 0  # a resumed run appends
 
     def log(self, row: dict, *args, **kwargs) -> None:
         step = row.get("misc/policy_sgd_step")
         if step != self.last_step:  # Oat logs every step; a learning round once
             self.last_step = step
-            out = {"iteration": _count_rows(self.path)}
+            out = {"iteration": self.rows}
             for k, v in row.items():
                 key = "rollout/" + k[len("actor/"):] if k.startswith("actor/") else k
                 out[key] = float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v
             append_jsonl(self.path, [out])
+            self.rows += 1
         if self.inner is not None:
             self.inner.log(row, *args, **kwargs)
 
     def finish(self) -> None:
         if self.inner is not None:
             self.inner.finish()
-
-
-def _count_rows(path: Path) -> int:
-    return sum(1 for _ in path.open()) if path.exists() else 0
 
 
 class DPPOLearner(PPOLearner):
