@@ -9,7 +9,7 @@ PIP     = $(PY) -m pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast bench clean setup-gpu
+.PHONY: setup run test test-fast bench gpu-results clean setup-gpu
 
 setup: $(VENV)/.installed
 
@@ -46,6 +46,15 @@ test-fast: setup setup-oat
 
 bench: setup
 	$(PY) -m oat_dppo.bench trust-region
+
+# On one GPU, after setup-gpu: what issue 9 publishes (GPU tests, bench gpu, the mismatch study and its
+# report). The study resumes where it stopped: run the target again in the next GPU window.
+gpu-results:
+	$(PYTHON) -m pytest -m gpu -q
+	$(PYTHON) -m oat_dppo.bench gpu --out docs/benchmarks_gpu.md
+	$(PYTHON) -m oat_dppo.study experiments/gpu_mismatch.toml
+	$(PYTHON) -m oat_dppo.study experiments/gpu_mismatch.toml --report
+	mkdir -p docs/results && cp runs/studies/gpu_mismatch/runs.csv docs/results/gpu_mismatch_study.csv
 
 clean:
 	rm -rf $(VENV) $(TF5_VENV) .pytest_cache .hypothesis

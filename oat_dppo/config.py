@@ -16,6 +16,7 @@ from oat_dppo.cli import opt
 
 Backend = Literal["auto", "local", "oat"]
 EngineChoice = Literal["auto", "hf", "vllm"]
+EngineDtype = Literal["auto", "bfloat16", "float16", "float32"]
 LogTo = Literal["tensorboard", "wandb", "none"]
 Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_sum_constant_length"]
 AdvantageMode = Literal["batch_norm", "group", "group_norm"]
@@ -101,19 +102,20 @@ class TrainConfig:
 
     engine: EngineChoice = opt(
         "auto",
-        "Rollout engine of the local backend: hf (transformers generate: samples exactly the learner's pi, no "
-        "mismatch), vllm (one vLLM colocated on the learner's GPU: the real training-inference mismatch), "
-        "auto (vllm when CUDA and vllm are available, else hf).",
+        "Rollout engine of the local backend: hf (transformers generate on the learner's model, or on a copy "
+        "of it in --engine-dtype), vllm (one vLLM colocated on the learner's GPU: the real training-inference "
+        "mismatch), auto (vllm when CUDA and vllm are available, else hf).",
     )
     vllm_gpu_memory_utilization: float = opt(
         0.3,
         "--engine vllm: share of the whole GPU's memory vLLM takes (weights + KV cache); the learner keeps "
         "the rest.",
     )
-    vllm_dtype: Literal["bfloat16", "float16", "float32"] = opt(
-        "bfloat16",
-        "--engine vllm: the engine's dtype (the learner keeps --dtype; their difference is part of the "
-        "mismatch).",
+    engine_dtype: Annotated[EngineDtype, _alias("--vllm-dtype")] = opt(
+        "auto",
+        "The rollout engine's dtype; the learner keeps --dtype, and their difference is a real mismatch. "
+        "auto: bfloat16 for vllm; for hf, the learner's own model (no copy, no mismatch in float32). "
+        "hf with another dtype samples from a copy in it, synced after every update.",
     )
     vllm_enforce_eager: bool = opt(
         False,
@@ -234,9 +236,19 @@ def to_dict(cfg: TrainConfig) -> dict:
 RENAMED_KEYS = {"behavior": "mu_source"}
 
 
+def _upgrade_keys(d: dict) -> dict:
+    """config.json keys of earlier versions under today's names. `vllm_dtype` applied to vLLM alone: an
+    hf run's value (always "bfloat16") meant the learner's own model, today's "auto"."""
+    d = {RENAMED_KEYS.get(k, k): v for k, v in d.items()}
+    if "vllm_dtype" in d:
+        old = d.pop("vllm_dtype")
+        d.setdefault("engine_dtype", old if d.get("engine") == "vllm" else "auto")
+    return d
+
+
 def from_dict(d: dict) -> TrainConfig:
     """A TrainConfig from config.json (keys starting with "_" are provenance, not options)."""
-    d = {RENAMED_KEYS.get(k, k): v for k, v in d.items() if not k.startswith("_")}
+    d = _upgrade_keys({k: v for k, v in d.items() if not k.startswith("_")})
     if isinstance(d.get("tr_param"), list):
         d["tr_param"] = tuple(d["tr_param"])
     names = {f.name for f in dataclasses.fields(TrainConfig)}

@@ -105,9 +105,10 @@ def run(cfg: TrainConfig) -> int:
     validate(cfg)
     if choose_backend(cfg) == "oat":
         return oat_backend.launch(cfg)
-    from oat_dppo.backends.local import LocalTrainer, resolve_engine  # torch, transformers: not for --help
+    from oat_dppo.backends.local import LocalTrainer, resolve_engine, resolve_engine_dtype  # torch: not for --help
 
     cfg.engine = resolve_engine(cfg)
+    cfg.engine_dtype = resolve_engine_dtype(cfg)
     resume = cfg.resume is not None
     if resume:
         path = RunDir(cfg.resume, create=False).path
@@ -119,7 +120,8 @@ def run(cfg: TrainConfig) -> int:
         if (path / "metrics.jsonl").exists() or checkpoint_exists(path / "checkpoint"):
             raise ConfigError(f"{path} already holds a run; continue it with --resume {path} or choose another --run-dir")
         cfg.run_dir = str(path)
-    print(f"run dir: {path}  (backend local, engine {cfg.engine}, trust region {cfg.trust_region}, "
+    engine = cfg.engine if cfg.engine_dtype == cfg.dtype else f"{cfg.engine} in {cfg.engine_dtype}"
+    print(f"run dir: {path}  (backend local, engine {engine}, trust region {cfg.trust_region}, "
           f"env {cfg.env}, model {cfg.model})", file=sys.stderr)
     return LocalTrainer(cfg, path, resume=resume).run()
 

@@ -39,7 +39,9 @@ def test_every_section_runs_and_reports(monkeypatch, tmp_path):
     res = gpu.run(gpu.Config(model="tiny-qwen3", device="cpu", fresh_processes=False, prompts=(3,), new_tokens=3,
                              topk=2, mismatch_prompts=3, sections=("rollout", "mismatch"), reps=1))
     assert all(r["same_tokens"] for r in res["rollout"])
-    assert all(r["mean"] < 1e-5 for r in res["mismatch"])
+    same = [r for r in res["mismatch"] if r["engine"] == "vllm" or r["engine_dtype"] == r["learner_dtype"] == "float32"]
+    assert len(same) == 5 and all(r["mean"] < 1e-5 for r in same)
+    assert any(r["engine"] == "hf" and r["engine_dtype"] == "bfloat16" for r in res["mismatch"])
 
 
 def test_without_vllm_it_says_so(capsys):

@@ -19,6 +19,8 @@ BENCHMARKS = {
                                       "a bare loop"),
     "oat": ("oat_dppo.bench.oat", "the Oat learner step vs stock Oat PPO, on CPU"),
     "head": ("oat_dppo.bench.head", "the LM head in checkpointed blocks: peak memory and time"),
+    "mismatch": ("oat_dppo.bench.mismatch", "|pi - mu| on the same tokens: engine and learner dtypes (HF copies on any "
+                                            "machine, vLLM on a GPU)"),
     "gpu": ("oat_dppo.bench.gpu", "one GPU: vLLM rollout, weight sync, learner, and the mismatch table"),
 }
 USAGE = "usage: python -m oat_dppo.bench {" + ",".join(BENCHMARKS) + "} [--help | options]"

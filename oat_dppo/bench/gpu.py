@@ -13,9 +13,9 @@
    default) at each `--micro-batches` size: seconds per iteration split into generate / update /
    sync, and the learner's tokens/s against a bare forward + backward + optimizer loop on the same
    micro-batches (`bench local`'s comparison). Target: >= 0.9x.
-4. Mismatch on the same sampled tokens, each row in a fresh process (one vLLM per process): vLLM
-   bf16 / fp32 -> learner fp32 / bf16, and the HF engine -> fp32: mean, p99 and max |pi - mu|, the
-   share of tokens above 0.05, and the top-K (K = `--topk`) TV.
+4. Mismatch on the same sampled tokens (`bench mismatch`'s table, each row in a fresh process, one
+   vLLM per process): vLLM bf16 / fp32 -> learner fp32 / bf16, and HF engine copies in bf16 / fp16 /
+   fp32: mean, p99 and max |pi - mu|, the share of tokens above 0.05, and the top-K (K = `--topk`) TV.
 
 Sections 1-2 share one process (one vLLM + the learner's model), section 3 runs in another, each
 mismatch row in its own: vLLM keeps GPU memory and global state for the life of a process.
@@ -38,16 +38,15 @@ from typing import Any, Callable
 import torch
 
 from oat_dppo.backends.local import LocalTrainer
+from oat_dppo.bench import mismatch
 from oat_dppo.bench.local import capture_update, compare_learner
 from oat_dppo.bench.memory import in_fresh_process
-from oat_dppo.bench.mismatch import measure_mismatch, sample_prompts
+from oat_dppo.bench.mismatch import colocated_vllm, device_name, sample_prompts
 from oat_dppo.cli import fail, parse
 from oat_dppo.config import TrainConfig
 from oat_dppo.engine import vllm as vllm_engine
-from oat_dppo.engine.base import stop_token_ids
 from oat_dppo.engine.hf import HFEngine
-from oat_dppo.engine.vllm import ColocatedVLLM, VLLMSettings
-from oat_dppo.models import engine_model_source, load_policy, policy_weights
+from oat_dppo.models import load_policy, policy_weights
 from oat_dppo.rundir import RunDir
 
 TARGET_VS_BARE = 0.9
@@ -124,13 +123,10 @@ def _learner(cfg: Config, dtype: torch.dtype = torch.float32):
     return model.to(torch.device(cfg.device)).eval(), tok
 
 
-def _colocated(cfg: Config, model, tok, scratch: str, dtype: str = "bfloat16"):
-    settings = VLLMSettings(gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=dtype,
-                            enforce_eager=cfg.enforce_eager, max_logprobs=max(20, cfg.topk), seed=0)
-    engine = ColocatedVLLM.launch(engine_model_source(cfg.model, model, tok, scratch), settings,
-                                  stop_token_ids=stop_token_ids(tok, model.generation_config))
-    engine.sync_weights(policy_weights(model))
-    return engine
+def _colocated(cfg: Config, model, tok, scratch: str):
+    return colocated_vllm(cfg.model, model, tok, scratch, dtype="bfloat16",
+                          gpu_memory_utilization=cfg.gpu_memory_utilization, enforce_eager=cfg.enforce_eager,
+                          topk=cfg.topk)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,22 +217,11 @@ def learner_section(cfg: Config) -> dict:
 # 4: the mismatch table
 # ---------------------------------------------------------------------------------------------
 
-MISMATCH_ROWS = (("vllm", "bfloat16", "float32"), ("vllm", "bfloat16", "bfloat16"), ("vllm", "float32", "float32"),
-                 ("vllm", "float32", "bfloat16"), ("hf", "float32", "float32"))
-
-
-def mismatch_row(cfg: Config, engine_kind: str, engine_dtype: str, learner_dtype: str) -> dict:
-    model, tok = _learner(cfg, getattr(torch, learner_dtype))
-    prompts = sample_prompts(tok, cfg.mismatch_prompts)
-    with tempfile.TemporaryDirectory(prefix="oat_dppo_bench_gpu_") as scratch:
-        if engine_kind == "hf":
-            sampler, _ = _learner(cfg, getattr(torch, engine_dtype))
-            engine = HFEngine(sampler, tok)
-        else:
-            engine = _colocated(cfg, model, tok, scratch, dtype=engine_dtype)
-        gens = engine.generate(prompts, cfg.new_tokens, cfg.topk, seed=123)
-    stats = measure_mismatch(model, tok, prompts, gens, topk=cfg.topk)
-    return dict(engine=engine_kind, engine_dtype=engine_dtype, learner_dtype=learner_dtype, **stats)
+def mismatch_config(cfg: Config) -> mismatch.Config:
+    return mismatch.Config(model=cfg.model, rows=mismatch.VLLM_ROWS + mismatch.HF_ROWS, prompts=cfg.mismatch_prompts,
+                           new_tokens=cfg.new_tokens, topk=cfg.topk, device=cfg.device,
+                           gpu_memory_utilization=cfg.gpu_memory_utilization, enforce_eager=cfg.enforce_eager,
+                           fresh_processes=cfg.fresh_processes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,10 +244,7 @@ def run(cfg: Config, progress: Callable[[str], None] = lambda s: None) -> dict:
         progress("learner iterations ...")
         results.update(_call(cfg, learner_section))
     if "mismatch" in cfg.sections:
-        results["mismatch"] = []
-        for kind, e_dtype, l_dtype in MISMATCH_ROWS:
-            progress(f"mismatch: {kind} {e_dtype} -> learner {l_dtype} ...")
-            results["mismatch"].append(_call(cfg, mismatch_row, kind, e_dtype, l_dtype))
+        results["mismatch"] = mismatch.run(mismatch_config(cfg), progress)
     return results
 
 
@@ -280,12 +262,6 @@ def _versions() -> str:
     return ", ".join(parts)
 
 
-def _device_name(cfg: Config) -> str:
-    if cfg.device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(cfg.device))
-    return platform.processor() or "CPU"
-
-
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -295,7 +271,7 @@ def _commit() -> str:
 
 
 def format_tables(results: dict, cfg: Config) -> str:
-    lines = [f"Device: **{_device_name(cfg)}**; {_versions()}; commit {_commit()}; model {cfg.model}; "
+    lines = [f"Device: **{device_name(cfg.device)}**; {_versions()}; commit {_commit()}; model {cfg.model}; "
              f"vLLM gpu_memory_utilization {cfg.gpu_memory_utilization}, enforce_eager {cfg.enforce_eager}.", ""]
     if "rollout" in results:
         lines += [
@@ -341,21 +317,7 @@ def format_tables(results: dict, cfg: Config) -> str:
                 f"({_ok(ratio >= TARGET_LEARNER_VS_BARE)}) |"
             )
     if "mismatch" in results:
-        lines += [
-            "",
-            f"Mismatch on the same sampled tokens ({cfg.mismatch_prompts} prompts x up to {cfg.new_tokens} tokens; "
-            f"top-K TV with K = {cfg.topk}).",
-            "",
-            "| engine -> learner | tokens | mean abs(pi - mu) | p99 | max | share > 0.05 | top-K TV mean | top-K TV max |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        short = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
-        for r in results["mismatch"]:
-            name = f"{'vLLM' if r['engine'] == 'vllm' else 'HF'} {short[r['engine_dtype']]} -> HF {short[r['learner_dtype']]}"
-            lines.append(
-                f"| {name} | {r['tokens']:.0f} | {r['mean']:.2g} | {r['p99']:.2g} | {r['max']:.2g} | "
-                f"{100 * r['share_large']:.2f}% | {r['topk_tv_mean']:.2g} | {r['topk_tv_max']:.2g} |"
-            )
+        lines += ["", *mismatch.format_table(results["mismatch"], mismatch_config(cfg))]
     return "\n".join(lines)
 
 
@@ -375,4 +337,4 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["Config", "format_tables", "learner_section", "main", "mismatch_row", "rollout_section", "run"]
+__all__ = ["Config", "format_tables", "learner_section", "main", "rollout_section", "run"]

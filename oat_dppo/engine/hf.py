@@ -14,7 +14,8 @@ on SmolLM2's hub config; 5.x: every field left None, e.g. min_new_tokens, with n
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+import time
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -133,6 +134,9 @@ class HFEngine:
     (a sampled pad ends the document too), unless `stop_token_ids` is given; plus
     `extra_stop_token_ids`. `max_context` defaults
     to `model.config.max_position_embeddings`.
+
+    `model` is usually the learner's own model (mu = pi up to float rounding). When it is a separate
+    copy (e.g. in bfloat16 under a float32 learner), `sync_weights` loads the learner's weights into it.
     """
 
     def __init__(
@@ -155,6 +159,23 @@ class HFEngine:
         if max_context is None:
             max_context = getattr(model.config, "max_position_embeddings", None)
         self.max_context = max_context
+        self.syncs = 0
+        self.sync_seconds = 0.0
+
+    @torch.no_grad()
+    def sync_weights(self, weights: Iterable[tuple[str, Any]]) -> float:
+        """Copy `weights` ((HF parameter name, tensor) pairs, any dtype) into this engine's model, cast
+        to its dtype: how a separate copy follows the learner. Returns the seconds it took."""
+        t0 = time.perf_counter()
+        params = dict(self.model.named_parameters())
+        for name, tensor in weights:
+            if name not in params:
+                raise KeyError(f"the engine's model has no parameter {name!r} (a learner of another architecture?)")
+            params[name].copy_(tensor)
+        self.syncs += 1
+        seconds = time.perf_counter() - t0
+        self.sync_seconds += seconds
+        return seconds
 
     @torch.no_grad()
     def generate(

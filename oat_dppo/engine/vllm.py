@@ -19,7 +19,7 @@ sources): token-id prompts as `{"prompt_token_ids": ...}` dicts (0.25 dropped `g
 `prompt_token_ids=` keyword), `top_k=-1` (0.8.4 rejects 0), `collective_rpc` with a callable run on
 the worker in process, `worker.get_model()`, `reset_prefix_cache()` without arguments, and
 `llm_engine.model_config.max_model_len`. A small function says how where the two could differ
-(`_logprob_maps`, `_worker_model`, `max_model_len`). On 0.8.4, `--vllm-dtype float32` (or a GGUF
+(`_logprob_maps`, `_worker_model`, `max_model_len`). On 0.8.4, `--engine-dtype float32` (or a GGUF
 model) falls back to the V0 engine, which works in process too; its log-probs are then taken after
 the sampling processors, which are all off here, so they equal the raw ones. Imports without vLLM:
 `vllm` is imported by `ColocatedVLLM.launch` only.

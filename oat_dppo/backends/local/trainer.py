@@ -91,15 +91,31 @@ def resolve_engine(cfg: TrainConfig) -> str:
     return "hf" if why else "vllm"
 
 
+def resolve_engine_dtype(cfg: TrainConfig) -> str:
+    """The engine dtype `cfg.engine_dtype` means for the resolved engine (auto: bfloat16 for vLLM, the
+    learner's own dtype for hf, i.e. sampling from the learner's model itself)."""
+    if cfg.engine_dtype != "auto":
+        return cfg.engine_dtype
+    return "bfloat16" if cfg.engine == "vllm" else cfg.dtype
+
+
 def build_engine(cfg: TrainConfig, model, tokenizer, prompt: PromptFormat, *, topk: int, scratch: Path):
     """(engine, weight_sync): the rollout engine `cfg.engine` names ("hf" or "vllm", resolved), and
-    what must receive the learner's weights after every update (None: the engine shares them)."""
+    what must receive the learner's weights after every update (None: the engine shares them).
+
+    hf in the learner's dtype samples with the learner's model itself; in another dtype, with its own
+    copy of the policy in that dtype (a precision mismatch of the kind a bf16 inference engine brings)."""
     # The same stop tokens for every engine: EOS, pad and the template's end-of-turn token.
     stops = stop_token_ids(tokenizer, getattr(model, "generation_config", None), prompt.stop_token_ids())
     if cfg.engine == "hf":
-        return HFEngine(model, tokenizer, stop_token_ids=stops), None
+        if cfg.engine_dtype == cfg.dtype:
+            return HFEngine(model, tokenizer, stop_token_ids=stops), None
+        # A plain HF model (no LoRA wrapper, nothing frozen): it receives merged weights under HF names.
+        sampler, _ = load_policy(cfg.model, dtype=getattr(torch, cfg.engine_dtype), seed=cfg.seed)
+        engine = HFEngine(sampler.to(model.device).eval(), tokenizer, stop_token_ids=stops)
+        return engine, engine
     settings = vllm_engine.VLLMSettings(
-        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, dtype=cfg.vllm_dtype,
+        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, dtype=cfg.engine_dtype,
         enforce_eager=cfg.vllm_enforce_eager, max_logprobs=max(20, topk), seed=cfg.seed,
     )
     source = engine_model_source(cfg.model, model, tokenizer, scratch)
@@ -134,6 +150,7 @@ class LocalTrainer:
             torch.set_num_threads(cfg.threads)
         self.device = resolve_device(cfg.device)
         cfg.engine = resolve_engine(cfg)
+        cfg.engine_dtype = resolve_engine_dtype(cfg)
         # Cheapest checks first: a bad strategy or env id fails before the model loads.
         self.trust_region = build_trust_region(cfg)
         self.envs = build_envs(cfg, cfg.episodes_per_iteration, for_eval=False)
@@ -189,8 +206,9 @@ class LocalTrainer:
         return out
 
     def sync_engine(self, *, full: bool = False) -> float:
-        """Load the learner's weights into a separate rollout engine (vLLM) and reset its prefix
-        cache; `full`: every weight, else only those an update changes. Seconds (0: shared weights)."""
+        """Load the learner's weights into a separate rollout engine (vLLM, which also resets its prefix
+        cache, or an HF copy in another dtype); `full`: every weight, else only those an update changes.
+        Seconds (0: the engine shares the learner's weights)."""
         if self.weight_sync is None:
             return 0.0
         return self.weight_sync.sync_weights(policy_weights(self.model, trainable_only=not full))

@@ -60,7 +60,7 @@ LOCAL_ONLY: dict[str, tuple[bool, str]] = {
     "threads": (False, "Oat's processes use torch's default"),
     "progress": (False, "Oat logs to stdout"),
     "log_episodes": (False, "Oat logs no sample episodes"),
-    "vllm_dtype": (False, "Oat's vLLM follows --bf16 / --fp16"),
+    "engine_dtype": (False, "Oat's vLLM follows --bf16 / --fp16"),
     "vllm_enforce_eager": (False, "Oat's vLLM always captures CUDA graphs"),
     "keep_checkpoint": (False, "Oat keeps its checkpoints by --save-steps / --max-save-num"),
     "lr_schedule": (True, "on Oat use --lr-scheduler and --lr-warmup-ratio"),
