@@ -159,8 +159,6 @@ class HFEngine:
         if max_context is None:
             max_context = getattr(model.config, "max_position_embeddings", None)
         self.max_context = max_context
-        self.syncs = 0
-        self.sync_seconds = 0.0
 
     @torch.no_grad()
     def sync_weights(self, weights: Iterable[tuple[str, Any]]) -> float:
@@ -172,10 +170,7 @@ class HFEngine:
             if name not in params:
                 raise KeyError(f"the engine's model has no parameter {name!r} (a learner of another architecture?)")
             params[name].copy_(tensor)
-        self.syncs += 1
-        seconds = time.perf_counter() - t0
-        self.sync_seconds += seconds
-        return seconds
+        return time.perf_counter() - t0
 
     @torch.no_grad()
     def generate(

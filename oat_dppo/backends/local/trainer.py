@@ -86,8 +86,8 @@ def resolve_engine(cfg: TrainConfig) -> str:
         return "hf"
     why = vllm_engine.vllm_unavailable()
     if cfg.engine == "vllm" and why:
-        raise ConfigError(f"--engine vllm needs {why}; --engine hf samples with the learner's own model "
-                          f"(no training-inference mismatch). The GPU install guide is docs/gpu.md.")
+        raise ConfigError(f"--engine vllm needs {why}; --engine hf --engine-dtype bfloat16 samples from a bf16 copy "
+                          f"of the learner instead (a mismatch of vLLM bf16's size). GPU install: docs/gpu.md.")
     return "hf" if why else "vllm"
 
 
