@@ -47,14 +47,18 @@ test-fast: setup setup-oat
 bench: setup
 	$(PY) -m oat_dppo.bench trust-region
 
-# On one GPU, after setup-gpu: what issue 9 publishes (GPU tests, bench gpu, the mismatch study and its
-# report). The study resumes where it stopped: run the target again in the next GPU window.
+# On one GPU, after setup-gpu: what issue 9 publishes (GPU tests, bench gpu, the mismatch studies and
+# their reports). A study resumes where it stopped: run the target again in the next GPU window.
+GPU_STUDIES = gpu_mismatch gpu_mismatch_math
 gpu-results:
 	$(PYTHON) -m pytest -m gpu -q
 	$(PYTHON) -m oat_dppo.bench gpu --out docs/benchmarks_gpu.md
-	$(PYTHON) -m oat_dppo.study experiments/gpu_mismatch.toml
-	$(PYTHON) -m oat_dppo.study experiments/gpu_mismatch.toml --report
-	mkdir -p docs/results && cp runs/studies/gpu_mismatch/runs.csv docs/results/gpu_mismatch_study.csv
+	mkdir -p docs/results
+	for s in $(GPU_STUDIES); do \
+	  $(PYTHON) -m oat_dppo.study experiments/$$s.toml && \
+	  $(PYTHON) -m oat_dppo.study experiments/$$s.toml --report && \
+	  cp runs/studies/$$s/runs.csv docs/results/$${s}_study.csv || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) $(TF5_VENV) .pytest_cache .hypothesis

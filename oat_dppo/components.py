@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from oat_dppo.config import ConfigError, TrainConfig, trust_region_params
+from oat_dppo.config import ConfigError, TrainConfig, env_options, trust_region_params
 from oat_dppo.seeds import derive_seed
 from oat_dppo.trust_region import make_trust_region
 
@@ -29,14 +29,20 @@ def build_trust_region(cfg: TrainConfig):
 
 def build_envs(cfg: TrainConfig, n: int, *, for_eval: bool) -> list:
     """`n` environment instances of `--env` (training or held-out evaluation instances)."""
-    from oat_dppo.envs import make_env  # GEM is imported by make_env on first use
+    from oat_dppo.envs import DatasetUnavailableError, UnknownEnvError, make_env  # GEM is imported by make_env
 
-    options: dict[str, Any] = {"format_penalty": cfg.format_penalty}
+    options: dict[str, Any] = {"format_penalty": cfg.format_penalty, **env_options(cfg)}
     if cfg.max_turns is not None:
         options["max_turns"] = cfg.max_turns
     if cfg.math_data:
         options.update(math_data=cfg.math_data, question_key=cfg.math_question_key, answer_key=cfg.math_answer_key)
-    return [make_env(cfg.env, seed=derive_seed(cfg.seed, "env", i), for_eval=for_eval, **options) for i in range(n)]
+    try:
+        return [make_env(cfg.env, seed=derive_seed(cfg.seed, "env", i), for_eval=for_eval, **options)
+                for i in range(n)]
+    except ValueError as e:  # the environment refused an option (EnvOptionError, a bad setting)
+        if isinstance(e, (UnknownEnvError, DatasetUnavailableError)):  # already one clear line
+            raise
+        raise ConfigError(str(e) if str(e).startswith(cfg.env) else f"--env {cfg.env}: {e}") from e
 
 
 def resolve_template(cfg: TrainConfig, model_or_tokenizer: Any) -> str:

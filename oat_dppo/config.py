@@ -59,6 +59,11 @@ class TrainConfig:
         0.0,
         "Added to the reward of a turn whose response has no well-formed answer (e.g. -0.1).",
     )
+    env_option: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = opt(
+        (),
+        "An environment option NAME=VALUE (repeatable): a GEM constructor's keyword (--env-option max_number=50 "
+        "for GuessTheNumber), or for math:procedural tasks=simple_equations and the tasks' settings (max_value=10).",
+    )
     template: str = opt(
         "auto",
         "Prompt template: auto (from the model family), qwen3, qwen3_nothink, llama3, chatml, raw, tokenizer "
@@ -249,8 +254,9 @@ def _upgrade_keys(d: dict) -> dict:
 def from_dict(d: dict) -> TrainConfig:
     """A TrainConfig from config.json (keys starting with "_" are provenance, not options)."""
     d = _upgrade_keys({k: v for k, v in d.items() if not k.startswith("_")})
-    if isinstance(d.get("tr_param"), list):
-        d["tr_param"] = tuple(d["tr_param"])
+    for name in ("tr_param", "env_option"):
+        if isinstance(d.get(name), list):
+            d[name] = tuple(d[name])
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = sorted(set(d) - names)
     if unknown:
@@ -267,15 +273,40 @@ def trust_region_params(cfg: TrainConfig) -> dict[str, Any]:
                         ("anchor", cfg.anchor), ("topk", cfg.topk)):
         if value is not None:
             params[name] = value
-    for item in cfg.tr_param:
+    for name, value in assignments(cfg.tr_param, "--tr-param", example="delta=0.1").items():
+        if name in params:
+            raise ConfigError(f"--tr-param {name}: {name} is already set by its own option")
+        params[name] = value
+    return params
+
+
+# Environment options that have their own flag.
+ENV_FLAGS = {"max_turns": "--max-turns", "format_penalty": "--format-penalty", "math_data": "--math-data",
+             "question_key": "--math-question-key", "answer_key": "--math-answer-key"}
+
+
+def env_options(cfg: TrainConfig) -> dict[str, Any]:
+    """The --env-option assignments, for `make_env` (which checks them against the environment)."""
+    options = assignments(cfg.env_option, "--env-option", example="max_number=50")
+    for name in options:
+        if name in ENV_FLAGS:
+            raise ConfigError(f"--env-option {name}: use {ENV_FLAGS[name]}")
+    return options
+
+
+def assignments(items: tuple[str, ...], flag: str, *, example: str) -> dict[str, Any]:
+    """NAME=VALUE items as {name: value} (values through `parse_param_value`); a malformed or
+    repeated name is a `ConfigError`."""
+    out: dict[str, Any] = {}
+    for item in items:
         name, sep, text = item.partition("=")
         name = name.strip()
         if not sep or not name.isidentifier():
-            raise ConfigError(f"--tr-param {item!r}: expected NAME=VALUE, e.g. --tr-param delta=0.1")
-        if name in params:
-            raise ConfigError(f"--tr-param {item!r}: {name} is already set (by its own option or an earlier --tr-param)")
-        params[name] = parse_param_value(text.strip())
-    return params
+            raise ConfigError(f"{flag} {item!r}: expected NAME=VALUE, e.g. {flag} {example}")
+        if name in out:
+            raise ConfigError(f"{flag} {item!r}: {name} is given twice")
+        out[name] = parse_param_value(text.strip())
+    return out
 
 
 def parse_param_value(text: str) -> Any:

@@ -52,8 +52,17 @@ def test_hf_in_the_learners_dtype_shares_the_model(tmp_path):
 def test_a_bf16_copy_follows_the_learner_before_every_rollout(tmp_path, monkeypatch):
     events = []
     real_generate, real_sync = HFEngine.generate, HFEngine.sync_weights
-    monkeypatch.setattr(HFEngine, "generate", lambda self, *a, **k: events.append("generate") or real_generate(self, *a, **k))
-    monkeypatch.setattr(HFEngine, "sync_weights", lambda self, w: events.append("sync") or real_sync(self, w))
+
+    def generate(self, *args, **kwargs):
+        events.append("generate")
+        return real_generate(self, *args, **kwargs)
+
+    def sync_weights(self, weights):
+        events.append("sync")
+        return real_sync(self, weights)
+
+    monkeypatch.setattr(HFEngine, "generate", generate)
+    monkeypatch.setattr(HFEngine, "sync_weights", sync_weights)
 
     cfg = TrainConfig(**{**TINY, **LEARNS, "eval_every": 2}, engine="hf", engine_dtype="bfloat16", iterations=3,
                       eval_episodes=2)
@@ -111,7 +120,12 @@ def test_without_sync_the_copy_samples_a_stale_policy(tmp_path, monkeypatch):
     """The check above has teeth: with the sync skipped after the first, mu drifts from pi."""
     real_sync = HFEngine.sync_weights
     calls = []
-    monkeypatch.setattr(HFEngine, "sync_weights", lambda self, w: (calls.append(1), real_sync(self, w) if len(calls) == 1 else 0.0)[1])
+
+    def first_sync_only(self, weights):
+        calls.append(1)
+        return real_sync(self, weights) if len(calls) == 1 else 0.0
+
+    monkeypatch.setattr(HFEngine, "sync_weights", first_sync_only)
     cfg = TrainConfig(**TINY, **LEARNS, engine="hf", engine_dtype="bfloat16", iterations=3)
     assert LocalTrainer(cfg, tmp_path / "stale").run() == 0
     first, *later = rows(tmp_path / "stale")

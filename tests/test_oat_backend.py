@@ -51,7 +51,8 @@ def _non_default(f: dataclasses.Field):
                "math_data": "m.jsonl", "system_prompt": "be brief", "response_prefix": "X", "wandb_project": "p",
                "dtype": "bfloat16", "aggregation": "seq_mean_token_mean", "advantage": "batch_norm", "log": "wandb",
                "direction": "low", "anchor": "recompute", "mu_source": "recompute", "tr_param": ("mode=x",),
-               "engine": "hf", "engine_dtype": "float32", "resume": "runs/x", "device": "cpu", "backend": "oat"}
+               "engine": "hf", "engine_dtype": "float32", "env_option": ("max_number=50",), "resume": "runs/x",
+               "device": "cpu", "backend": "oat"}
     if f.name in special:
         return special[f.name]
     default = f.default

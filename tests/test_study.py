@@ -114,6 +114,29 @@ def test_commands_parse_back_to_the_resolved_config(tmp_path):
     assert "--response-prefix" in main_command(study.runs[0])
 
 
+def test_repeatable_options_take_lists(tmp_path):
+    """--env-option and --tr-param are lists in a study file: the flag once per item on the command line."""
+    from oat_dppo.main import parse
+
+    study = load_study(write(tmp_path, """
+        [base]
+        env = "math:procedural"
+        env_option = ["tasks=basic_arithmetic", "operators=+,-", "min_digits=-1"]
+        [grid]
+        tr_param = [["delta=0.1"], ["delta=0.2", "C=3"]]
+        """))
+    assert [r.config.tr_param for r in study.runs] == [("delta=0.1",), ("delta=0.2", "C=3")]
+    cmd = main_command(study.runs[1])
+    assert "--env-option=operators=+,-" in cmd and "--env-option=min_digits=-1" in cmd
+    assert cmd.count("--tr-param=delta=0.2") == 1 and "--tr-param=C=3" in cmd
+    for run in study.runs:
+        assert to_dict(parse(main_command(run)[3:])) == to_dict(run.config)
+    assert study.runs[1].name.endswith("tr_param-delta_0.2_C_3__s0")
+    bad = write(tmp_path, '[base]\nenv_option = "tasks=basic_arithmetic"\n', "bad.toml")
+    with pytest.raises(StudyError, match="env_option must be a list of strings"):
+        load_study(bad)
+
+
 def test_run_names_are_stable(tmp_path):
     # Same runs, keys in another order, model/env moved between [base] and [grid]: same names.
     a = write(tmp_path, """
@@ -152,6 +175,9 @@ def test_example_study_files():
     assert sorted({r.seed for r in gtn.runs}) == [0, 1, 2]
     smoke = load_study(REPO / "experiments" / "tiny_smoke.toml")
     assert len(smoke.runs) == 4 and {r.config.iterations for r in smoke.runs} == {2}
+    math = load_study(REPO / "experiments" / "gpu_mismatch_math.toml")
+    assert len(math.runs) == 5 * 2 * 2 and {r.config.env for r in math.runs} == {"math:procedural"}
+    assert "tasks=simple_equations" in math.runs[0].config.env_option
     fam = load_study(REPO / "experiments" / "model_families.toml")
     assert fam.backend == "oat" and len(fam.runs) == 3 * 3 * 2 * 2
     assert {r.config.model for r in fam.runs} == {"Qwen/Qwen3-1.7B-Base", "OctoThinker/OctoThinker-3B-Hybrid-Base",
@@ -160,7 +186,7 @@ def test_example_study_files():
     # Their commands mean what the files say (backend oat: the Oat command line).
     from oat_dppo.main import parse
 
-    for study in (gtn, smoke, fam):
+    for study in (gtn, smoke, math, fam):
         run = study.runs[-1]
         assert to_dict(parse(main_command(run, backend=study.backend)[3:])) == to_dict(run.config)
 

@@ -16,7 +16,14 @@ from oat_dppo_envs.math import procedural_math_dataset
 
 from oat_dppo.envs.actions import ACTION_FORMATS, extract_action, is_well_formed
 from oat_dppo.envs.adapter import HISTORY_MODES, TextEnv
-from oat_dppo.envs.errors import DatasetUnavailableError, EnvError, EnvResetError, EnvStepError, UnknownEnvError
+from oat_dppo.envs.errors import (
+    DatasetUnavailableError,
+    EnvError,
+    EnvOptionError,
+    EnvResetError,
+    EnvStepError,
+    UnknownEnvError,
+)
 from oat_dppo.envs.math_data import load_math_file
 from oat_dppo.envs.presets import (
     FIRST_CLASS_ENV_IDS,
@@ -34,6 +41,7 @@ __all__ = [
     "ACTION_FORMATS",
     "DatasetUnavailableError",
     "EnvError",
+    "EnvOptionError",
     "EnvPreset",
     "EnvResetError",
     "EnvStepError",

@@ -16,6 +16,10 @@ class DatasetUnavailableError(ValueError):
     """A dataset-backed environment whose data cannot be loaded (offline machine, missing file)."""
 
 
+class EnvOptionError(ValueError):
+    """An option a GEM environment's constructor does not name (its `**_` would swallow it silently)."""
+
+
 class EnvError(RuntimeError):
     """The wrapped environment failed while playing an episode. The episode is unusable."""
 

@@ -20,7 +20,7 @@ from oat_dppo.envs import hub
 from oat_dppo.envs._gem import FixedPoolReasoningGym, gem_registry, import_gem
 from oat_dppo.envs.actions import ACTION_FORMATS
 from oat_dppo.envs.adapter import HISTORY_MODES, TextEnv
-from oat_dppo.envs.errors import DatasetUnavailableError, UnknownEnvError
+from oat_dppo.envs.errors import DatasetUnavailableError, EnvOptionError, UnknownEnvError
 from oat_dppo.envs.math_data import MATH_DATA_HINT, load_math_file, make_math_env
 from oat_dppo.envs.presets import (
     LOCAL_MATH_ID,
@@ -57,6 +57,28 @@ def _accepts(fn: Callable[..., Any], name: str) -> bool:
     except (TypeError, ValueError):  # builtins without a signature
         return False
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _check_constructor_options(env_id: str, spec: Any, kwargs: dict[str, Any]) -> None:
+    """GEM's constructors end in `**_`, which would swallow a misspelt or unsupported option: refuse
+    any option that is not one of the constructor's named parameters. (A `**kwargs` that may pass
+    options on, as MathEnv's, is left alone.)"""
+    entry = spec.entry_point
+    if isinstance(entry, str):
+        module_name, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module_name), attr)
+    try:
+        params = inspect.signature(entry).parameters.values()
+    except (TypeError, ValueError):  # no signature to check against
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD and p.name != "_" for p in params):
+        return
+    named = {p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                  inspect.Parameter.KEYWORD_ONLY)}
+    unknown = sorted(set(kwargs) - named - {"seed"})  # gem.make takes seed= for every env
+    if unknown:
+        raise EnvOptionError(f"{env_id} has no option {', '.join(unknown)}; its constructor takes "
+                             f"{', '.join(sorted(named - {'self', 'seed'}))} (GEM would ignore the rest silently)")
 
 
 def _load_factory(env_id: str) -> Callable[..., Any]:
@@ -102,6 +124,7 @@ def _make_gem_env(env_id: str, spec: Any, data_seed: int, kwargs: dict[str, Any]
     family = family_of(env_id)
     if family == "rg":
         kwargs = {"seed": data_seed, **kwargs}
+        _check_constructor_options(env_id, spec, kwargs)
         try:
             env = copy.copy(_rg_prototype(env_id, tuple(sorted(kwargs.items()))))
         except TypeError:  # unhashable option values: no sharing
@@ -117,6 +140,7 @@ def _make_gem_env(env_id: str, spec: Any, data_seed: int, kwargs: dict[str, Any]
         return _make_hub_env(env_id, spec, data_seed, kwargs, math_options)
     if takes_math_data(env_id):
         kwargs.setdefault("use_mp", math_options["use_mp"])
+    _check_constructor_options(env_id, spec, kwargs)
     return gem.make(env_id, seed=data_seed, **kwargs)
 
 
@@ -158,8 +182,9 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
       shuffle), for_eval (shift seed and data_seed by the preset's eval_seed_offset).
     Math options: math_data (file for `math`, `math:*`, `eval:*`), question_key, answer_key,
       use_mp (grade in a subprocess; needed when stepping from threads), and for
-      `math:procedural` size and tasks.
-    Anything else goes to the environment's constructor (GEM's `gem.make` kwargs, or your factory).
+      `math:procedural` size, tasks and any setting of those reasoning-gym tasks (max_digits=1).
+    Anything else goes to the environment's constructor (GEM's `gem.make` kwargs, checked against
+    the constructor's parameters, or your factory).
     """
     if not isinstance(env_id, str) or not env_id.strip():
         raise UnknownEnvError(f"environment id must be a non-empty string, got {env_id!r}. {_LIST_HINT}.")
@@ -232,12 +257,11 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
                                      answer_key=math_options["answer_key"])
             inner = make_math_env(dataset, data_seed=data_seed, use_mp=math_options["use_mp"], **env_kwargs)
         elif env_id == PROCEDURAL_MATH_ID:
-            dataset = procedural_math_dataset(
-                seed=data_seed,
-                size=int(env_kwargs.pop("size", DEFAULT_PROCEDURAL_SIZE)),
-                tasks=env_kwargs.pop("tasks", DEFAULT_PROCEDURAL_TASKS),
-            )
-            inner = make_math_env(dataset, data_seed=data_seed, use_mp=math_options["use_mp"], **env_kwargs)
+            size = int(env_kwargs.pop("size", DEFAULT_PROCEDURAL_SIZE))
+            tasks = env_kwargs.pop("tasks", DEFAULT_PROCEDURAL_TASKS)
+            # Every other option is a setting of the reasoning-gym tasks (checked there).
+            dataset = procedural_math_dataset(seed=data_seed, size=size, tasks=tasks, **env_kwargs)
+            inner = make_math_env(dataset, data_seed=data_seed, use_mp=math_options["use_mp"])
         elif own:
             inner = _make_user_env(preset.factory, seed, env_kwargs)
         elif family == "import":

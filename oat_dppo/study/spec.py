@@ -158,13 +158,19 @@ def _type_check(name: str, value: Any) -> tuple[Any, str | None]:
         if isinstance(value, str):
             return value, None
         return value, f"{name} must be a string, got {value!r}"
+    if origin is tuple:  # a repeatable option (--tr-param, --env-option): a list of NAME=VALUE strings
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value), None
+        return value, f"{name} must be a list of strings (each NAME=VALUE), got {value!r}"
     return value, None  # an annotation this checker does not know: left to validate()
 
 
 def format_value(value: Any) -> str:
-    """A value as a command-line word (floats as repr, bools lowercase)."""
+    """A value as a command-line word (floats as repr, bools lowercase, a list joined by spaces)."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(format_value, value))
     return repr(value) if isinstance(value, float) else str(value)
 
 
@@ -197,6 +203,9 @@ def option_args(options: dict[str, Any]) -> list[str]:
         value = options[name]
         if isinstance(value, bool):
             args.append(flag(name) if value else "--no-" + name.replace("_", "-"))
+            continue
+        if isinstance(value, tuple):  # a repeatable option: the flag once per item
+            args += [f"{flag(name)}={item}" for item in value]
             continue
         text = format_value(value)
         if not text or text.startswith("-"):

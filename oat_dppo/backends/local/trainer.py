@@ -140,12 +140,12 @@ class LocalTrainer:
     directory behind. A new run's directory is created by `run()`; a resumed one must exist.
     """
 
-    def __init__(self, cfg: TrainConfig, run_dir: RunDir | str | Path, *, resume: bool = False, out=sys.stderr):
+    def __init__(self, cfg: TrainConfig, run_dir: RunDir | str | Path, *, resume: bool = False, out=None):
         self.cfg = cfg
         self.run_dir_path = run_dir.path if isinstance(run_dir, RunDir) else Path(run_dir)
         self.run_dir = run_dir if isinstance(run_dir, RunDir) else None  # created by run()
         self.resume = resume
-        self.out = out
+        self.out = out if out is not None else sys.stderr  # the stream of now, not of import time
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = resolve_device(cfg.device)
