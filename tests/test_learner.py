@@ -259,6 +259,25 @@ def test_first_update_is_on_policy_and_later_ones_move_pi(policy):
     assert np.isfinite(second["loss"]) and np.isfinite(second["grad_norm"])
 
 
+def test_mismatch_is_measured_before_the_first_step_and_drift_is_not(policy):
+    """`mismatch_*` is |pi - mu| while pi is still pi_old (the first optimizer step's tokens); the later
+    steps' drift shows only in `prob_diff_*`. With mu = pi (fresh rollouts) the mismatch is ~0 however
+    far the update moves pi."""
+    turns = sampled_turns(policy, n=8)
+    learner = Learner(copy.deepcopy(policy[0]), make_trust_region("pg_is"),
+                      LearnerConfig(learning_rate=5e-2, mini_batch_size=2, micro_batch_size=2), pad_id=0)
+    m = learner.update(turns, random.Random(0))
+    assert m["optimizer_steps"] == 4
+    assert m["mismatch_max"] < 1e-5 < m["prob_diff_max"]
+    # A real mismatch (mu recorded off by 0.3 nats) is measured as such, before any step.
+    for t in turns:
+        t.behavior_logprobs = t.behavior_logprobs - 0.3
+    fresh = Learner(copy.deepcopy(policy[0]), make_trust_region("pg_is"),
+                    LearnerConfig(learning_rate=5e-2, mini_batch_size=2, micro_batch_size=2), pad_id=0)
+    shifted = fresh.update(turns, random.Random(0))
+    assert shifted["mismatch_mean"] > 1e-3 and shifted["mismatch_max"] <= shifted["prob_diff_max"]
+
+
 def test_a_shifted_mu_shows_in_the_ratio(policy):
     """The check above has teeth: mu recorded 0.3 nats too low is a ratio pi/mu of e^0.3."""
     turns = sampled_turns(policy, n=4)

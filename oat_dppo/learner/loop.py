@@ -120,10 +120,13 @@ def run_update(
     """Run `plan` over `batch` (micro-batches moved to `device` one at a time). Returns the update's
     metrics: the trust region's (token-weighted over micro-batches), `entropy`, `loss` (mean per
     step), `grad_norm` (mean over steps) and `grad_norm_max`, `optimizer_steps`, `skipped_steps`,
-    `train_tokens` (response tokens trained, epochs counted)."""
+    `train_tokens` (response tokens trained, epochs counted), and `mismatch_mean` / `mismatch_max`:
+    |pi - mu| on the first optimizer step's tokens, where pi is still pi_old, so the
+    training-inference mismatch alone (`prob_diff_*` also hold the later steps' policy drift)."""
     acc = MetricAccumulator()
+    before_update = MetricAccumulator()  # the first step's micro-batches: no optimizer step yet
     losses, norms, tokens = [], [], 0.0
-    for step in plan:
+    for index, step in enumerate(plan):
         rows = [r for micro in step for r in micro]
         step_tokens = float(batch.response_mask[torch.as_tensor(rows)].sum())
         n_tok = max(step_tokens, 1.0)  # the loss normalizer (a step of loss-masked rows trains nothing)
@@ -137,10 +140,16 @@ def run_update(
             hooks.backward(loss)
             step_loss += float(loss.detach())
             acc.add(metrics, float(mb.num_tokens))
+            if index == 0:
+                before_update.add(metrics, float(mb.num_tokens))
         norms.append(float(hooks.step()))
         losses.append(step_loss)
         tokens += step_tokens
     out = acc.result()
+    first = before_update.result()
+    for stat in ("mean", "max"):
+        if f"prob_diff_{stat}" in first:
+            out[f"mismatch_{stat}"] = first[f"prob_diff_{stat}"]
     finite = [n for n in norms if math.isfinite(n)]
     out.update(
         loss=float(np.mean(losses)) if losses else math.nan,

@@ -117,7 +117,11 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _figure_legend(fig: Figure, handles: list, ncol: int) -> None:
+def figure_legend(fig: Figure, handles: list) -> None:
+    """The figure's legend under its panels, in as many columns (up to 4) as the figure's width holds."""
+    longest = max((len(h.get_label()) for h in handles), default=1)
+    entry_pt = 9 * 0.6 * longest + 36  # fontsize 9, ~0.6 em a character, plus the line sample and the gap
+    ncol = max(1, min(4, len(handles), int(fig.get_figwidth() * 72 // entry_pt)))
     try:  # matplotlib >= 3.7 with a constrained layout: outside the axes, no overlap
         fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=9, frameon=False)
     except (ValueError, TypeError):
@@ -171,6 +175,6 @@ def write_figures(
     if title:
         fig.suptitle(title, fontsize=12)
     handles = _handles(series, colors, sorted(all_drawn), any_dashed)
-    _figure_legend(fig, handles, ncol=min(4, len(handles)))
+    figure_legend(fig, handles)
     written.append(_save(fig, out_dir / "overview.png"))
     return written

@@ -11,7 +11,9 @@ Per run (from its metrics.jsonl, read with `oat_dppo.plot.read_metrics`), R = ro
     eval       the last logged eval/reward_mean (NaN when the run never evaluated)
 
 `runs.csv` has one row per run (`RUN_CSV_COLUMNS`): besides these, its lowest R, the iterations
-collapsed to the environment's format-failure floor, and the entropy's minimum.
+collapsed to the environment's format-failure floor, the entropy's minimum, and the mean of
+train/mismatch_mean (|pi - mu| before the update's first optimizer step: the mismatch alone, where
+train/prob_diff_mean also holds the policy's drift over the update's later steps).
 
 Runs are grouped by model family, model, env, trust region and any other option the grid varies;
 the seeds of a group give mean and population std (ddof 0, as the figures' bands).
@@ -38,6 +40,7 @@ KEPT = "train/kept_frac"
 MISMATCH = "train/prob_diff_mean"
 EVAL = "eval/reward_mean"
 ENTROPY = "train/entropy"
+PRE_UPDATE_MISMATCH = "train/mismatch_mean"
 # An iteration is "collapsed" when its mean reward is within this of the format-failure floor (all
 # or nearly all episodes failed to write a parseable action).
 COLLAPSE_MARGIN = 0.01
@@ -278,7 +281,7 @@ def csv_text(groups: Sequence[Group], study_name: str, threshold: float | None) 
 
 RUN_CSV_COLUMNS = ("name", "model", "env", "engine", "trust_region", "seed", "iterations", "final_reward",
                    "min_reward", "collapsed_iterations", "kept_frac_mean", "prob_diff_mean", "entropy_min",
-                   "eval_reward")
+                   "eval_reward", "mismatch_mean")
 
 
 def format_failure_floor(run: RunSpec) -> float:
@@ -307,7 +310,7 @@ def runs_csv_text(groups: Sequence[Group], tables: dict[str, MetricTable]) -> st
                         num(res.final), num(float(r.min()) if len(r) else math.nan),
                         int(np.sum(r <= floor + COLLAPSE_MARGIN)), num(res.kept), num(res.mismatch),
                         num(float(ent.min()) if len(ent) else math.nan), num(res.eval),
-                        *[g.extra[k] for k in extra_keys]])
+                        num(_mean(_finite(table, PRE_UPDATE_MISMATCH)[1])), *[g.extra[k] for k in extra_keys]])
     return buf.getvalue()
 
 
@@ -333,7 +336,8 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
     lines += [
         "- **AUC**: area under the reward curve, as the mean reward over all iterations",
         "- **kept frac**: mean `train/kept_frac` (tokens the trust region kept); **|π − μ|**: mean "
-        "`train/prob_diff_mean` (training-inference mismatch)",
+        "`train/prob_diff_mean` (the training-inference mismatch plus the policy's drift over an update's steps; "
+        "`runs.csv`'s `mismatch_mean` has the mismatch alone)",
         "- **eval reward** (when runs evaluated): the last `eval/reward_mean`",
         "",
         markdown_table(groups, thr),
@@ -357,7 +361,7 @@ def write_figures(study: Study, groups: Sequence[Group], loaded: dict[str, Run])
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    from oat_dppo.plot.figures import _save, draw_panel, series_colors
+    from oat_dppo.plot.figures import _save, draw_panel, figure_legend, series_colors
     from oat_dppo.plot.panels import Panel
 
     groups = [g for g in groups if g.results]
@@ -389,10 +393,7 @@ def write_figures(study: Study, groups: Sequence[Group], loaded: dict[str, Run])
                 ax.set_ylabel(what if j == 0 else "", fontsize=9)
                 ax.set_xlabel("iteration", fontsize=9)
         handles = [Line2D([], [], color=color_of[lb], lw=2, label=lb) for lb in labels]
-        try:
-            fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=9, frameon=False)
-        except (ValueError, TypeError):
-            fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=9, frameon=False)
+        figure_legend(fig, handles)
         fig.suptitle(f"{study.name}: {what}\nmean ± std over seeds", fontsize=11)
         written.append(_save(fig, study.out / f"{stem}.png"))
     return written
