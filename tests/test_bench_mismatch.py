@@ -28,15 +28,19 @@ def test_hf_rows_measure_the_copy_against_the_learner(tmp_path):
     assert 0 < bf16["topk_tv_mean"] <= bf16["topk_tv_max"]
 
 
-def test_default_rows_are_what_this_machine_runs():
-    assert mismatch.default_rows() == mismatch.HF_ROWS  # no vLLM here
+def test_default_rows_are_what_this_machine_runs(monkeypatch):
+    monkeypatch.setattr(mismatch.vllm_engine, "vllm_unavailable", lambda: "the vllm package")
+    assert mismatch.default_rows() == mismatch.HF_ROWS  # no vLLM: the HF rows alone
+    monkeypatch.setattr(mismatch.vllm_engine, "vllm_unavailable", lambda: None)
+    assert mismatch.default_rows() == mismatch.VLLM_ROWS + mismatch.HF_ROWS
     assert all(mismatch.check_row(r) is None for r in mismatch.VLLM_ROWS + mismatch.HF_ROWS)
 
 
 @pytest.mark.parametrize("row, message", [("hf:bf16:float32", "expected ENGINE:ENGINE_DTYPE:LEARNER_DTYPE"),
                                           ("hf:float32", "expected ENGINE:ENGINE_DTYPE:LEARNER_DTYPE"),
                                           ("vllm:bfloat16:float32", "vllm rows need")])
-def test_a_bad_row_is_one_error_line(row, message, capsys):
+def test_a_bad_row_is_one_error_line(row, message, capsys, monkeypatch):
+    monkeypatch.setattr(mismatch.vllm_engine, "vllm_unavailable", lambda: "the vllm package")
     assert mismatch.main([*SMALL, "--rows", row]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]

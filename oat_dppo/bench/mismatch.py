@@ -227,8 +227,8 @@ def device_name(device: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse(Config, argv, prog="python -m oat_dppo.bench mismatch", description=__doc__)
     for row in cfg.rows:
-        if check_row(row):
-            return fail(f"--rows {check_row(row)}")
+        if problem := check_row(row):
+            return fail(f"--rows {problem}")
     if any(r.startswith("vllm:") for r in cfg.rows) and vllm_engine.vllm_unavailable():
         return fail(f"vllm rows need {vllm_engine.vllm_unavailable()}")
     if cfg.prompts < 1 or cfg.new_tokens < 1 or cfg.topk < 1:
