@@ -13,10 +13,17 @@ What stands in for what:
   subclass's), with only ``RLLearner._init`` (and so ``LearnerBase._init``) skipped.
 * the strategy and the engine are real: Oat's own ``DeepspeedStrategy`` sets up distribution and
   ``deepspeed.initialize`` wraps the policy in a real ``DeepSpeedEngine`` (gradient accumulation,
-  clipping at ``args.max_norm``, ZeRO stage ``args.zero_stage``: 0 by default here, 2 works too), on
-  a one-rank gloo process group over loopback (`ensure_process_group`; DeepSpeed's CPU accelerator
-  would otherwise look for MPI or oneCCL). ZeRO-3 is not run (the CPU accelerator's partitioned
-  parameters are not covered here).
+  clipping at ``args.max_norm``, ZeRO stage ``args.zero_stage``: 0 by default here, 2 and 3 run
+  too), on a one-rank gloo process group over loopback (`ensure_process_group`; DeepSpeed's CPU
+  accelerator would otherwise look for MPI or oneCCL).
+* ZeRO-3 partitions for real: the policy is built as ``LearnerBase._init`` builds it, by Oat's
+  ``LLM(path, ds_config=...)`` from a saved copy under ``deepspeed.zero.Init``, and the harness sets
+  ``stage3_param_persistence_threshold`` to 0 (DeepSpeed's default keeps every parameter under
+  100k elements gathered after first use: all of a tiny model's), so every module gathers its
+  weights on entry and releases them on exit, in forward, backward and checkpoint recomputes. Read
+  parameters with `gathered_params`. Clients' non-Adam optimizers are allowed there
+  (``zero_allow_untested_optimizer``: the exact-update tests use SGD).
+* LoRA (``args.lora_rank > 0``): Oat's ``LLM`` wraps the loaded model with PEFT itself.
 * optimizer: ``torch.optim.AdamW`` over Oat's own ``get_optimizer_grouped_parameters`` (what Oat's
   ``create_optimizer`` builds is DeepSpeed's ``FusedAdam``/``DeepSpeedCPUAdam``: AdamW too, but
   CUDA-only / a JIT C++ build), handed to DeepSpeed as its client optimizer.
@@ -30,7 +37,7 @@ What stands in for what:
 * policy: a random-init tiny Qwen2/Qwen3 from a config + a byte-level tokenizer built with
   ``tokenizers`` (no files, no network), wrapped in Oat's real ``oat.model.LLM``.
 
-Not covered: critic_type="ppo" (critic model), LoRA, ZeRO-3, bf16, multi-rank reductions.
+Not covered: critic_type="ppo" (critic model), bf16, multi-rank reductions.
 """
 
 from __future__ import annotations
@@ -51,7 +58,9 @@ import torch
 
 FAKES_IN_USE = oat_fakes.install()
 
+import deepspeed  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses  # noqa: E402
 from oat.algorithms.ppo import PPOArgs, PPOLearner  # noqa: E402
 from oat.args import default_args_validation  # noqa: E402
 from oat.learners.rl import RLLearner  # noqa: E402
@@ -144,8 +153,10 @@ def byte_tokenizer():
 
 def tiny_policy(tokenizer, arch: str = "qwen2", *, seed: int = 0, hidden: int = 64, layers: int = 2,
                 heads: int = 4, kv_heads: int = 2, intermediate: int = 128):
-    """Random-init causal LM (fp32, tied embeddings, eager attention) from a config."""
-    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
+    """Random-init causal LM (fp32, tied embeddings, eager attention) from a config, whole: built by
+    its class, not `from_config`, which builds under ``deepspeed.zero.Init`` while any ZeRO-3
+    learner's ``HfDeepSpeedConfig`` is alive."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     common = dict(
         vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
@@ -155,13 +166,13 @@ def tiny_policy(tokenizer, arch: str = "qwen2", *, seed: int = 0, hidden: int = 
         attn_implementation="eager", torch_dtype=torch.float32,
     )
     if arch == "qwen2":
-        cfg = Qwen2Config(**common)
+        model_cls, cfg = Qwen2ForCausalLM, Qwen2Config(**common)
     elif arch == "qwen3":
-        cfg = Qwen3Config(head_dim=hidden // heads, **common)
+        model_cls, cfg = Qwen3ForCausalLM, Qwen3Config(head_dim=hidden // heads, **common)
     else:
         raise ValueError(f"arch must be qwen2 or qwen3, not {arch!r}")
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    model = model_cls(cfg)
     model.config.use_cache = False  # as oat.model.LLM does for loaded models
     return model
 
@@ -173,7 +184,7 @@ def tiny_policy(tokenizer, arch: str = "qwen2", *, seed: int = 0, hidden: int = 
 # Settings the CPU harness needs (overridable, but the learner will not run without them on CPU).
 CPU_ARGS: dict[str, Any] = dict(
     gpus=0,  # default_args_validation asserts torch.cuda.device_count() >= gpus
-    zero_stage=0,  # a plain DeepSpeed engine (ZeRO-2 runs too: pass zero_stage=2); any client optimizer
+    zero_stage=0,  # a plain DeepSpeed engine (2 and 3 run too); any client optimizer
     flash_attn=False,  # only read when Oat loads a model by path; set for honesty
     bf16=False,  # fp32 on CPU
     beta=0.0,  # Oat's 0.1 needs a reference model (built here when beta > 0)
@@ -231,10 +242,10 @@ def make_stock_learner(
         raise ValueError("pass either args or args_overrides")
     if args.critic_type == "ppo":
         raise NotImplementedError("critic_type='ppo' needs a critic model; not built by this harness")
-    if args.lora_rank > 0:
-        raise NotImplementedError("LoRA is not covered by this harness")
     if args.use_fused_lm_head and args.zero_stage == 3:
         raise ValueError("Oat rejects the fused lm head with ZeRO-3")
+    if args.zero_stage == 3 and (args.beta > 0 or args.kl_penalty_coef > 0):
+        raise NotImplementedError("a reference model under ZeRO-3 is not built by this harness")
 
     tokenizer = tokenizer if tokenizer is not None else byte_tokenizer()
     hf_model = model if model is not None else tiny_policy(tokenizer, arch, seed=seed)
@@ -244,8 +255,14 @@ def make_stock_learner(
                                  train_batch_size_per_device=args.train_batch_size_per_device,
                                  train_batch_size=args.train_batch_size, zero_stage=args.zero_stage, bf16=False,
                                  fp16=False, args=args)
-    policy = LLM(hf_model)  # Oat's wrapper around an already built model ...
-    policy.use_lora = False  # ... which, on that path, leaves use_lora unset
+    if args.zero_stage == 3:
+        strategy.get_ds_train_config = _partition_everything(strategy.get_ds_train_config)
+    if args.zero_stage == 3 or args.lora_rank > 0:
+        policy = _load_as_oat_does(hf_model, args, strategy)
+        hf_model = policy.model  # the partitioned copy (a PeftModel with LoRA)
+    else:
+        policy = LLM(hf_model)  # Oat's wrapper around an already built model ...
+        policy.use_lora = False  # ... which, on that path, leaves use_lora unset
     disable_dropout(policy)
     if optimizer is not None:
         opt = optimizer(hf_model)
@@ -285,6 +302,52 @@ def make_stock_learner(
     with mock.patch.object(RLLearner, "_init", _skip_rl_and_base_init):
         learner._init(args, [])
     return learner
+
+
+@contextlib.contextmanager
+def zero3_linear_undone():
+    """Inside: whatever ZeRO-3 learners need; on exit, torch's own ``F.linear`` again.
+
+    ``deepspeed.zero.Init`` swaps ``torch.nn.functional.linear`` for its own autograd function for the
+    rest of the process (the original kept in ``InsertPostInitMethodToModuleSubClasses.linear_bk``).
+    A ZeRO-3 learner runs under that swap, as in Oat; tests after it must not, and the next ZeRO-3
+    model must swap again, so the backup goes too."""
+    try:
+        yield
+    finally:
+        holder = InsertPostInitMethodToModuleSubClasses
+        if hasattr(holder, "linear_bk"):
+            torch.nn.functional.linear = holder.linear_bk
+            del holder.linear_bk
+
+
+def _partition_everything(get_ds_train_config):
+    """Oat's ZeRO-3 config with no persistent parameters (the module docstring says why)."""
+    def config(is_wrapped):
+        cfg = get_ds_train_config(is_wrapped)
+        cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+        cfg["zero_allow_untested_optimizer"] = True
+        return cfg
+    return config
+
+
+def _load_as_oat_does(hf_model, args, strategy) -> LLM:
+    """``LearnerBase._init``'s policy: Oat's ``LLM`` loading a saved copy of `hf_model` (under
+    ``deepspeed.zero.Init`` with ZeRO-3; PEFT LoRA with ``args.lora_rank > 0``)."""
+    path = tempfile.mkdtemp(prefix="oat_harness_model_")
+    hf_model.save_pretrained(path)
+    policy = LLM(path, use_flash_attention_2=False, bf16=False, fp16=False, lora_rank=args.lora_rank,
+                 lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout, target_modules=args.target_modules,
+                 ds_config=strategy.get_ds_train_config(is_wrapped=True))
+    policy.model.config.use_cache = False
+    return policy
+
+
+def gathered_params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of `model`'s parameters by name, whole even where ZeRO-3 holds them partitioned."""
+    params = list(model.parameters())
+    with deepspeed.zero.GatheredParameters(params):  # a no-op without ZeRO-3
+        return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
 def engine_of(learner):

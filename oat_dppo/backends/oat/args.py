@@ -349,7 +349,8 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
     if args.eval_generate_max_length is None:
         args.eval_generate_max_length = args.generate_max_length
     # Checkpointed LM-head blocks recompute the head in backward; under ZeRO-3 a *frozen* head (LoRA)
-    # is partitioned again by then, and torch's recompute check fails (deepspeedai/DeepSpeed#8148).
+    # is partitioned again by then, and torch's recompute check fails (deepspeedai/DeepSpeed#8148;
+    # reproduced in tests/test_oat_backend_learner.py).
     frozen_partitioned_head = args.zero_stage == 3 and args.lora_rank > 0
     if args.logits_chunk_tokens is None:
         args.logits_chunk_tokens = 0 if frozen_partitioned_head else TrainConfig.logits_chunk_tokens
