@@ -45,7 +45,14 @@ def _procedural_rows(seed: int, size: int, tasks: tuple[str, ...],
 
     per_task = -(-size // len(tasks))
     by_task = dict(settings)
-    pools = [reasoning_gym.create_dataset(t, size=per_task, seed=seed, **dict(by_task.get(t, ()))) for t in tasks]
+    pools = []
+    for task in tasks:
+        mine = dict(by_task.get(task, ()))
+        try:
+            pools.append(reasoning_gym.create_dataset(task, size=per_task, seed=seed, **mine))
+        except (AssertionError, TypeError, ValueError) as e:  # its config's validate() asserts
+            given = ", ".join(f"{k}={v!r}" for k, v in mine.items()) or "its defaults"
+            raise ValueError(f"math:procedural: reasoning-gym's {task} refuses {given}: {e}") from None
     rows = []
     for i in range(per_task):  # interleave the tasks so any prefix mixes them
         for pool in pools:

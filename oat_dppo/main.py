@@ -121,9 +121,11 @@ def run(cfg: TrainConfig) -> int:
             raise ConfigError(f"{path} already holds a run; continue it with --resume {path} or choose another --run-dir")
         cfg.run_dir = str(path)
     engine = cfg.engine if cfg.engine_dtype == cfg.dtype else f"{cfg.engine} in {cfg.engine_dtype}"
-    print(f"run dir: {path}  (backend local, engine {engine}, trust region {cfg.trust_region}, "
-          f"env {cfg.env}, model {cfg.model})", file=sys.stderr)
-    return LocalTrainer(cfg, path, resume=resume).run()
+    print(f"building: backend local, engine {engine}, trust region {cfg.trust_region}, env {cfg.env}, "
+          f"model {cfg.model}", file=sys.stderr)
+    trainer = LocalTrainer(cfg, path, resume=resume)
+    print(f"run dir: {path}", file=sys.stderr)  # only now: bad input stops the build, and leaves no directory
+    return trainer.run()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,6 +81,8 @@ def test_env_option_parsing():
 @pytest.mark.parametrize("args, message", [
     (["--env-option", "max_numbr=5"], "error: game:GuessTheNumber-v0-easy has no option max_numbr"),
     (["--env", "math:procedural", "--env-option", "max_digit=1"], "error: math:procedural has no option max_digit"),
+    (["--env", "math:procedural", "--env-option", "tasks=simple_equations", "--env-option", "max_value=-3"],
+     "error: math:procedural: reasoning-gym's simple_equations refuses max_value=-3: max_value must be >= min_value"),
     (["--env-option", "max_turns=3"], "error: --env-option max_turns: use --max-turns"),
 ])
 def test_a_bad_env_option_is_one_error_and_no_run(tmp_path, capsys, args, message):

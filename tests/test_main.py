@@ -128,7 +128,7 @@ def test_no_progress_prints_a_line_per_iteration_and_no_deepspeed_chatter(tmp_pa
     assert p.returncode == 0, p.stderr[-2000:]
     lines = [line for line in p.stderr.splitlines() if line.startswith("iteration ")]
     assert len(lines) == 2 and lines[0].startswith("iteration 1/2: reward ") and "kept" in lines[0] and " s" in lines[0]
-    assert "|pi-mu|" in lines[0]
+    assert "mismatch 0.0000" in lines[0] and "|pi-mu|" in lines[0]  # the learner's own model samples: no mismatch
     assert "DeepSpeed" not in p.stderr + p.stdout and "real_accelerator" not in p.stderr + p.stdout
     assert not (tmp_path / "r" / "checkpoint").exists()  # --no-keep-checkpoint: deleted at the end
 

@@ -417,8 +417,11 @@ class LocalTrainer:
 
     @staticmethod
     def _postfix(row: dict) -> str:
+        # mismatch: |pi - mu| before the first optimizer step (the engine's alone); |pi-mu|: over all
+        # steps, policy drift included (what the trust region sees)
         parts = [f"reward {row.get('rollout/reward_mean', math.nan):.3f}",
                  f"kept {row.get('train/kept_frac', math.nan):.3f}",
+                 f"mismatch {row.get('train/mismatch_mean', math.nan):.4f}",
                  f"|pi-mu| {row.get('train/prob_diff_mean', math.nan):.4f}"]
         if "eval/reward_mean" in row:
             parts.append(f"eval {row['eval/reward_mean']:.3f}")
