@@ -339,8 +339,7 @@ def _load_as_oat_does(hf_model, args, strategy) -> LLM:
     policy = LLM(path, use_flash_attention_2=False, bf16=False, fp16=False, lora_rank=args.lora_rank,
                  lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout, target_modules=args.target_modules,
                  ds_config=strategy.get_ds_train_config(is_wrapped=True))
-    policy.model.config.use_cache = False
-    return policy
+    return policy  # LLM sets use_cache=False on models it loads
 
 
 def gathered_params(model: torch.nn.Module) -> dict[str, torch.Tensor]:

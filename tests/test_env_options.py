@@ -88,8 +88,10 @@ def test_env_option_parsing():
 def test_a_bad_env_option_is_one_error_and_no_run(tmp_path, capsys, args, message):
     run_dir = tmp_path / "never"
     assert main(["--model", "tiny-qwen3", *args, "--run-dir", str(run_dir)]) == 2
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error")]
     assert len(errors) == 1 and errors[0].startswith(message), errors
+    assert "run dir" not in err  # no directory named for a run that was never built
     assert not run_dir.exists()
 
 
