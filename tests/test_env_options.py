@@ -87,7 +87,7 @@ def test_env_option_parsing():
 ])
 def test_a_bad_env_option_is_one_error_and_no_run(tmp_path, capsys, args, message):
     run_dir = tmp_path / "never"
-    assert main(["--model", "tiny-qwen3", *args, "--run-dir", str(run_dir)]) == 2
+    assert main(["--model", "tiny-qwen3", "--engine", "hf", *args, "--run-dir", str(run_dir)]) == 2
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error")]
     assert len(errors) == 1 and errors[0].startswith(message), errors
@@ -99,7 +99,7 @@ def test_a_bad_env_option_is_one_error_and_no_run(tmp_path, capsys, args, messag
 def test_a_run_records_its_env_options(tmp_path):
     run_dir = tmp_path / "run"
     opts = [f"--env-option={k}={v}" for k, v in EASY_ARITHMETIC.items()]
-    assert main(["--model", "tiny-qwen3", "--env", "math:procedural", *opts, "--iterations", "1",
+    assert main(["--model", "tiny-qwen3", "--engine", "hf", "--env", "math:procedural", *opts, "--iterations", "1",
                  "--episodes-per-iteration", "2", "--mini-batch-size", "2", "--micro-batch-size", "2",
                  "--max-new-tokens", "3", "--eval-every", "0", "--log", "none", "--no-progress", "--threads", "1",
                  "--log-episodes", "2", "--run-dir", str(run_dir)]) == 0

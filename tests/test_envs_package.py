@@ -47,7 +47,7 @@ def test_a_tiny_model_gets_gradients_on_smoke_digits(tmp_path):
     """The smoke setting of the docs: rewards vary from the first batch, so advantages and gradients
     are not zero (on GEM games a random tiny model only ever fails the format)."""
     run_dir = tmp_path / "smoke"
-    code = main(["--env", "smoke:digits", "--model", "tiny-qwen3", "--episodes-per-iteration", "8",
+    code = main(["--env", "smoke:digits", "--model", "tiny-qwen3", "--engine", "hf", "--episodes-per-iteration", "8",
                  "--iterations", "2", "--eval-every", "0", "--learning-rate", "1e-3", "--threads", "1",
                  "--no-progress", "--log", "none", "--run-dir", str(run_dir)])
     assert code == 0

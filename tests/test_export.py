@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("extra", [[], ["--lora-rank", "4"]], ids=["full", "lora"])
 def test_export_loads_with_transformers_and_computes_the_trained_policy(tmp_path, extra):
     run_dir, out = tmp_path / "run", tmp_path / "model"
-    assert main(["--env", "smoke:digits", "--model", "tiny-qwen3", "--iterations", "2", "--episodes-per-iteration", "4",
+    assert main(["--env", "smoke:digits", "--model", "tiny-qwen3", "--engine", "hf", "--iterations", "2", "--episodes-per-iteration", "4",
                  "--learning-rate", "1e-2", "--eval-every", "0", "--threads", "1", "--no-progress", "--log", "none",
                  "--run-dir", str(run_dir), *extra]) == 0
     assert export_main([str(run_dir), str(out)]) == 0

@@ -100,6 +100,8 @@ def test_main_trains_with_engine_vllm(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1, 2] and "eval/reward_mean" in rows[-1]
-    # The real mismatch reaches the trust region: vLLM's bf16 mu is not the learner's fp32 pi.
-    assert all(1e-4 < r["train/prob_diff_mean"] < 0.05 for r in rows), [r["train/prob_diff_mean"] for r in rows]
+    # The real mismatch reaches the trust region: vLLM's bf16 mu is not the learner's fp32 pi. Measured before
+    # the update's first step (train/mismatch_mean): prob_diff_mean adds the drift of later steps (an H100
+    # run gave 0.026-0.079 for it, over a bound of 0.05 meant for the mismatch alone).
+    assert all(1e-4 < r["train/mismatch_mean"] < 0.02 for r in rows), [r["train/mismatch_mean"] for r in rows]
     assert json.loads((run_dir / "config.json").read_text())["engine"] == "vllm"

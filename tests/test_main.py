@@ -16,7 +16,7 @@ from helpers.child import child_env
 from oat_dppo.main import main
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["--model", "tiny-qwen3", "--max-new-tokens", "8", "--threads", "1", "--no-progress", "--log", "none"]
+TINY = ["--model", "tiny-qwen3", "--engine", "hf", "--max-new-tokens", "8", "--threads", "1", "--no-progress", "--log", "none"]
 
 
 def run_main(tmp_path: Path, *args: str, name: str = "run") -> tuple[int, Path]:

@@ -573,6 +573,7 @@ TINY = """
     parallel = {parallel}
     [base]
     model = "tiny-qwen3"
+    engine = "hf"
     env = "rg:arc_1d"
     max_new_tokens = 4
     episodes_per_iteration = 2

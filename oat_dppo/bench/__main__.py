@@ -14,7 +14,7 @@ from oat_dppo.cli import fail
 # name -> (module, what it measures)
 BENCHMARKS = {
     "trust-region": ("oat_dppo.bench.trust_region", "every strategy's forward + backward and memory vs pg_is"),
-    "engine": ("oat_dppo.bench.engine", "HF generate throughput (new tokens/s) of one batched call"),
+    "engine": ("oat_dppo.bench.engine", "rollout throughput (new tokens/s) of the HF engine and vLLM, and vLLM's sync time"),
     "local": ("oat_dppo.bench.local", "the local backend end to end: where an iteration's time goes, learner vs "
                                       "a bare loop"),
     "oat": ("oat_dppo.bench.oat", "the Oat learner step vs stock Oat PPO, on CPU"),

@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import torch
 
@@ -81,6 +81,8 @@ class Config:
     reps: int = opt(3, "round-robin repetitions of that comparison (the fastest counts; 0: skip it)")
     threads: int = opt(1, "torch intra-op threads (1 is fastest on a shared 2-core machine)")
     seed: int = opt(0, "run seed (episodes, sampling, initial weights of tiny models)")
+    engine: Literal["hf", "vllm"] = opt("hf", "rollout engine of the trainer (vllm: where it runs)")
+    engine_dtype: Literal["auto", "bfloat16", "float16", "float32"] = opt("auto", "the engine's dtype, as in main")
 
     def models(self) -> list[str]:
         return list(MODELS) if self.model == "both" else [m.strip() for m in self.model.split(",") if m.strip()]
@@ -271,6 +273,7 @@ def make_trainer(model: str, env: str, cfg: Config, run_dir: str):
         iterations=cfg.warmup + cfg.iterations, max_new_tokens=cfg.max_new_tokens, trust_region=cfg.trust_region,
         mini_batch_size=cfg.mini_batch_size, micro_batch_size=cfg.micro_batch_size, seed=cfg.seed,
         threads=cfg.threads, device="cpu", log="none", progress=False, eval_every=0, log_episodes=0,
+        engine=cfg.engine, engine_dtype=cfg.engine_dtype,
     )
     return LocalTrainer(tc, RunDir(run_dir))
 

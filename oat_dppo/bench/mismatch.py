@@ -109,7 +109,10 @@ def sample_prompts(tokenizer, n: int, template: str = "chatml") -> list[list[int
 # the benchmark: one row per engine / dtype pair
 # ---------------------------------------------------------------------------------------------
 
-VLLM_ROWS = ("vllm:bfloat16:float32", "vllm:bfloat16:bfloat16", "vllm:float32:float32", "vllm:float32:bfloat16")
+# vllm-head32: vLLM with its LM head in float32 (`--vllm-head-dtype float32`, vLLM 0.32's head_dtype)
+VLLM_ROWS = ("vllm:bfloat16:float32", "vllm-head32:bfloat16:float32", "vllm:bfloat16:bfloat16", "vllm:float32:float32",
+             "vllm:float32:bfloat16")
+ENGINES = ("hf", "vllm", "vllm-head32")
 HF_ROWS = ("hf:bfloat16:float32", "hf:float16:float32", "hf:bfloat16:bfloat16", "hf:float32:float32")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -142,16 +145,18 @@ def default_rows() -> tuple[str, ...]:
 def check_row(row: str) -> str | None:
     """Why `row` is not ENGINE:ENGINE_DTYPE:LEARNER_DTYPE, or None."""
     parts = row.split(":")
-    if len(parts) != 3 or parts[0] not in ("hf", "vllm") or not set(parts[1:]) <= set(DTYPES):
-        return f"{row!r}: expected ENGINE:ENGINE_DTYPE:LEARNER_DTYPE, ENGINE hf or vllm, dtypes {', '.join(DTYPES)}"
+    if len(parts) != 3 or parts[0] not in ENGINES or not set(parts[1:]) <= set(DTYPES):
+        return (f"{row!r}: expected ENGINE:ENGINE_DTYPE:LEARNER_DTYPE, ENGINE {', '.join(ENGINES)}, "
+                f"dtypes {', '.join(DTYPES)}")
     return None
 
 
 def colocated_vllm(model_name: str, model, tok, scratch: str, *, dtype: str, gpu_memory_utilization: float,
-                   enforce_eager: bool, topk: int) -> vllm_engine.ColocatedVLLM:
+                   enforce_eager: bool, topk: int, head_dtype: str | None = None) -> vllm_engine.ColocatedVLLM:
     """A colocated vLLM in `dtype` holding the learner `model`'s weights (prefix cache reset)."""
     settings = vllm_engine.VLLMSettings(gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
-                                        enforce_eager=enforce_eager, max_logprobs=max(20, topk), seed=0)
+                                        enforce_eager=enforce_eager, max_logprobs=max(20, topk), seed=0,
+                                        head_dtype=head_dtype)
     engine = vllm_engine.ColocatedVLLM.launch(engine_model_source(model_name, model, tok, scratch), settings,
                                               stop_token_ids=stop_token_ids(tok, model.generation_config))
     engine.sync_weights(policy_weights(model))
@@ -175,7 +180,8 @@ def measure_row(cfg: Config, row: str) -> dict:
         else:
             engine = colocated_vllm(cfg.model, model, tok, scratch, dtype=engine_dtype,
                                     gpu_memory_utilization=cfg.gpu_memory_utilization,
-                                    enforce_eager=cfg.enforce_eager, topk=cfg.topk)
+                                    enforce_eager=cfg.enforce_eager, topk=cfg.topk,
+                                    head_dtype="float32" if kind == "vllm-head32" else None)
         gens = engine.generate(prompts, cfg.new_tokens, cfg.topk, seed=123)
     stats = measure_mismatch(model, tok, prompts, gens, topk=cfg.topk)
     return dict(engine=kind, engine_dtype=engine_dtype, learner_dtype=learner_dtype, **stats)
@@ -203,8 +209,9 @@ def format_table(results: Sequence[dict], cfg: Config) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        name = (f"{'vLLM' if r['engine'] == 'vllm' else 'HF'} {_SHORT[r['engine_dtype']]} -> "
-                f"HF {_SHORT[r['learner_dtype']]}")
+        engine = {"hf": "HF", "vllm": "vLLM", "vllm-head32": "vLLM"}[r["engine"]]
+        head = " (fp32 head)" if r["engine"] == "vllm-head32" else ""
+        name = f"{engine} {_SHORT[r['engine_dtype']]}{head} -> HF {_SHORT[r['learner_dtype']]}"
         lines.append(
             f"| {name} | {r['tokens']:.0f} | {r['mean']:.2g} | {r['p99']:.2g} | {r['max']:.2g} | "
             f"{100 * r['share_large']:.2f}% | {r['topk_tv_mean']:.2g} | {r['topk_tv_max']:.2g} |"
@@ -229,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in cfg.rows:
         if problem := check_row(row):
             return fail(f"--rows {problem}")
-    if any(r.startswith("vllm:") for r in cfg.rows) and vllm_engine.vllm_unavailable():
+    if any(r.startswith("vllm") for r in cfg.rows) and vllm_engine.vllm_unavailable():
         return fail(f"vllm rows need {vllm_engine.vllm_unavailable()}")
     if cfg.prompts < 1 or cfg.new_tokens < 1 or cfg.topk < 1:
         return fail("--prompts, --new-tokens and --topk must be >= 1")

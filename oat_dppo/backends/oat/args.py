@@ -62,6 +62,7 @@ LOCAL_ONLY: dict[str, tuple[bool, str]] = {
     "log_episodes": (False, "Oat logs no sample episodes"),
     "engine_dtype": (False, "Oat's vLLM follows --bf16 / --fp16"),
     "vllm_enforce_eager": (False, "Oat's vLLM always captures CUDA graphs"),
+    "vllm_head_dtype": (True, "Oat 0.2.4's vLLM 0.8.4 has no head_dtype override"),
     "keep_checkpoint": (False, "Oat keeps its checkpoints by --save-steps / --max-save-num"),
     "lr_schedule": (True, "on Oat use --lr-scheduler and --lr-warmup-ratio"),
     "lr_warmup_iterations": (True, "on Oat use --lr-warmup-ratio"),
