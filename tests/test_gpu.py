@@ -20,6 +20,7 @@ from oat_dppo.engine.vllm import vllm_unavailable
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (vLLM on a CPU: test_vllm_cpu.py)"),
     pytest.mark.skipif(vllm_unavailable() is not None, reason=f"needs {vllm_unavailable()}"),
 ]
 

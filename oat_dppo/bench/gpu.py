@@ -327,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         return fail(f"--sections {' '.join(bad)}: expected rollout, learner or mismatch")
     why = vllm_engine.vllm_unavailable()
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        why = ("a CUDA GPU, which this machine lacks (vLLM on a CPU: python -m oat_dppo.bench engine, "
+               "bench mismatch, bench local --engine vllm)")
     if why:
         return fail(f"bench gpu needs {why}")
     results = run(cfg, progress=lambda s: print(s, file=sys.stderr, flush=True))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import logging
 import os
 import platform
 import time
@@ -322,7 +323,15 @@ def _load_weights_on_worker(worker: Any, weights: list) -> int:
     repacked for oneDNN after loading, so the model's own `load_weights` fails there with "'Parameter'
     object has no attribute 'weight_loader'"). Older generations (0.8.4, 0.25) load into the model."""
     if hasattr(worker, "reload_weights"):
-        worker.reload_weights(weights_iterator=iter(weights))
+        # Every reload warns "Failed to load weights" for the rotary embedding (it has none) and a tied
+        # LM head (it gets the embeddings'): expected here, and noise on every iteration's output.
+        layerwise = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+        level = layerwise.level
+        layerwise.setLevel(logging.ERROR)
+        try:
+            worker.reload_weights(weights_iterator=iter(weights))
+        finally:
+            layerwise.setLevel(level)
         _repack_kept_cpu_weights(_worker_model(worker))
     else:
         _worker_model(worker).load_weights(weights=iter(weights))
