@@ -22,6 +22,7 @@ from typing import Optional
 
 import torch
 
+from oat_dppo.bench.memory import in_fresh_process
 from oat_dppo.cli import fail, opt, parse
 from oat_dppo.engine.hf import HFEngine
 from oat_dppo.models import load_policy
@@ -118,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in cfg.models:
         for spec in engines:
             for batch in cfg.batch:
-                r = bench(name, spec, batch, cfg.new_tokens, cfg.topk, cfg.reps)
+                args = (name, spec, batch, cfg.new_tokens, cfg.topk, cfg.reps)
+                # vLLM rows in a fresh process each: vLLM 0.32 tears down its process groups with an engine,
+                # and a third engine in one process failed ("tensor model parallel group is not initialized")
+                r = in_fresh_process(bench, *args, timeout=3600) if spec.startswith("vllm") else bench(*args)
                 sync = "-" if r["sync_s"] is None else f"{r['sync_s']:.3f}"
                 print(f"{r['model']:<12} {r['engine']:<14} {r['batch']:>5} {r['prompt_len']:>6} {r['start_s']:>7.1f} "
                       f"{r['best_tok_s']:>10.0f} {r['median_tok_s']:>12.0f} {sync:>7}", flush=True)

@@ -27,6 +27,7 @@ the sampling processors, which are all off here, so they equal the raw ones. Imp
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import logging
@@ -325,13 +326,8 @@ def _load_weights_on_worker(worker: Any, weights: list) -> int:
     if hasattr(worker, "reload_weights"):
         # Every reload warns "Failed to load weights" for the rotary embedding (it has none) and a tied
         # LM head (it gets the embeddings'): expected here, and noise on every iteration's output.
-        layerwise = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
-        level = layerwise.level
-        layerwise.setLevel(logging.ERROR)
-        try:
+        with _quiet("vllm.model_executor.model_loader.reload.layerwise"):
             worker.reload_weights(weights_iterator=iter(weights))
-        finally:
-            layerwise.setLevel(level)
         _repack_kept_cpu_weights(_worker_model(worker))
     else:
         _worker_model(worker).load_weights(weights=iter(weights))
@@ -352,6 +348,18 @@ def _repack_kept_cpu_weights(model: Any) -> int:
             method.process_weights_after_loading(module)
             n += 1
     return n
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str):
+    """Only errors from one of vLLM's loggers while the block runs (its expected warnings are noise)."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _has_reload_weights(worker: Any) -> bool:
@@ -438,19 +446,21 @@ class ColocatedVLLM:
         # torch.set_num_threads with a no-op for good. In one process with the learner, both phases
         # should use the run's threads (they alternate, never overlap): put both back.
         set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
+        # Loading a float32 checkpoint into a bf16 engine warns once per tensor: expected, and noise.
         try:
-            llm = vllm.LLM(
-                model=model_source,
-                tokenizer=tokenizer_source or model_source,
-                dtype=settings.dtype,
-                gpu_memory_utilization=settings.gpu_memory_utilization,
-                enforce_eager=extra.pop("enforce_eager", settings.enforce_eager),
-                max_logprobs=settings.max_logprobs,
-                max_model_len=settings.max_model_len,
-                seed=settings.seed,
-                enable_prefix_caching=True,  # multi-turn prompts share prefixes; safe with the reset
-                **extra,
-            )
+            with _quiet("vllm.model_executor.models.utils"):
+                llm = vllm.LLM(
+                    model=model_source,
+                    tokenizer=tokenizer_source or model_source,
+                    dtype=settings.dtype,
+                    gpu_memory_utilization=settings.gpu_memory_utilization,
+                    enforce_eager=extra.pop("enforce_eager", settings.enforce_eager),
+                    max_logprobs=settings.max_logprobs,
+                    max_model_len=settings.max_model_len,
+                    seed=settings.seed,
+                    enable_prefix_caching=True,  # multi-turn prompts share prefixes; safe with the reset
+                    **extra,
+                )
         finally:
             torch.set_num_threads = set_num_threads
             torch.set_num_threads(threads)
