@@ -244,7 +244,7 @@ def slow_bf16_note(dtype: str) -> str | None:
     if dtype != "bfloat16" or not on_cpu() or cpu_has_native_bf16():
         return None
     return ("note: this CPU has no native bf16 (AVX512-BF16 or AMX): vLLM's bf16 rollouts run ~4x slower than "
-            "--engine-dtype float32, which samples ~4x faster with next to no mismatch (docs/vllm.md)")
+            "--engine-dtype float32, which has next to no mismatch (docs/vllm.md)")
 
 
 def prepare_environment() -> None:
@@ -323,7 +323,7 @@ def _load_weights_on_worker(worker: Any, weights: list) -> int:
     layout, loads and re-applies the platform's processing (on CPUs with AVX-512 the linear weights are
     repacked for oneDNN after loading, so the model's own `load_weights` fails there with "'Parameter'
     object has no attribute 'weight_loader'"). Older generations (0.8.4, 0.25) load into the model."""
-    if hasattr(worker, "reload_weights"):
+    if _has_reload_weights(worker):
         # Every reload warns "Failed to load weights" for the rotary embedding (it has none) and a tied
         # LM head (it gets the embeddings'): expected here, and noise on every iteration's output.
         with _quiet("vllm.model_executor.model_loader.reload.layerwise"):
@@ -334,20 +334,17 @@ def _load_weights_on_worker(worker: Any, weights: list) -> int:
     return len(weights)
 
 
-def _repack_kept_cpu_weights(model: Any) -> int:
+def _repack_kept_cpu_weights(model: Any) -> None:
     """Re-pack the CPU GEMM of layers that keep their weight beside a packed copy (vLLM 0.32 on CPUs:
     the LM head). A head tied to the input embeddings receives no weight of its own in a reload, so the
     reload leaves its packed copy of the old embeddings in place while the embeddings change: measured
     on SmolLM2 in float32, mean |pi - mu| 0.007 after a sync + reset instead of 0. Layers whose weight was
-    moved into the packed copy (emptied) were re-processed by the reload itself. Returns how many."""
-    n = 0
+    moved into the packed copy (emptied) were re-processed by the reload itself."""
     for module in model.modules():
         weight = getattr(module, "weight", None)
         method = getattr(module, "quant_method", None)
         if hasattr(module, "cpu_linear") and method is not None and weight is not None and weight.numel():
             method.process_weights_after_loading(module)
-            n += 1
-    return n
 
 
 @contextlib.contextmanager
