@@ -402,6 +402,60 @@ def test_a_run_dir_of_another_configuration_is_refused(tmp_path):
     assert "holds a run with another configuration (learning_rate: 1e-05 in the run, 3e-05 in the study)" in err
 
 
+
+def test_committed_results_continue_a_study_on_another_clone(tmp_path):
+    """[study] results: a finished run is copied there (config.json + metrics.jsonl only); a clone
+    that has only the committed copies skips those runs and reports from them; an unfinished run is
+    not committed; a committed copy of another configuration is refused."""
+    study_text = f"""
+        [study]
+        out = "{{out}}"
+        results = "{tmp_path / 'results'}"
+        [base]
+        model = "tiny-qwen3"
+        env = "rg:arc_1d"
+        learning_rate = 3e-5
+        iterations = 3
+        [grid]
+        seed = [0, 1, 2]
+        """
+    path = write(tmp_path, study_text.format(out=tmp_path / "out"))
+    done, partial, _ = load_study(path).runs
+    assert done.results_dir == tmp_path / "results" / done.name
+    fake_run(done.run_dir, 3, checkpoint=True, config=to_dict(done.config), rewards=[0.1, 0.2, 0.6])
+    (done.run_dir / "episodes.jsonl").write_text("{}\n")
+    fake_run(partial.run_dir, 2, checkpoint=True, config=to_dict(partial.config))
+    code, out, _ = run_cli(str(path), "--dry-run")  # a dry run writes nothing
+    assert code == 0 and not (tmp_path / "results").exists()
+    code, out, err = run_cli(str(path), "--report")
+    assert code == 0, err
+    assert f"committed {done.name} to {done.results_dir}" in out and partial.name not in out.split("|")[0]
+    assert sorted(p.name for p in done.results_dir.iterdir()) == ["config.json", "metrics.jsonl"]
+    assert not partial.results_dir.exists()
+
+    # Another clone: a fresh out directory, only the committed copies.
+    clone = write(tmp_path, study_text.format(out=tmp_path / "clone"), name="clone.toml")
+    runs = load_study(clone).runs
+    states = [run_state(r) for r in runs]
+    assert [(s.status, s.committed) for s in states] == [("done", True), ("new", False), ("new", False)]
+    code, out, _ = run_cli(str(clone), "--dry-run")
+    assert f"{runs[0].name}  [done, committed (skip)]" in out and "1 done (skipped), 0 to resume, 2 to start" in out
+    code, out, err = run_cli(str(clone), "--report")
+    assert code == 0, err
+    rows = list(csv.DictReader(open(tmp_path / "clone" / "runs.csv")))
+    assert [(r["name"], r["iterations"]) for r in rows] == [(done.name, "3")]
+    assert float(rows[0]["final_reward"]) == pytest.approx(0.3)
+
+    # A committed copy of another configuration is refused like a run directory.
+    saved = json.loads((done.results_dir / "config.json").read_text())
+    saved["learning_rate"] = 1e-5
+    (done.results_dir / "config.json").write_text(json.dumps(saved))
+    code, _, err = run_cli(str(clone))
+    assert code == 2
+    assert f"{done.results_dir} holds a run with another configuration (learning_rate: 1e-05 in the run" in err
+    assert "give the study another [study] results" in err
+
+
 # ---- the report ---------------------------------------------------------------------------------
 
 
@@ -606,7 +660,9 @@ def children_of(pid: int) -> list[int]:
 
 def test_failed_run_is_reported_and_the_study_goes_on(tmp_path):
     grid = 'variant = [{seed = 0}, {seed = 1, model = "/nonexistent/model"}]'
-    path = write(tmp_path, TINY.format(out=tmp_path / "out", parallel=2, iterations=1, grid=grid))
+    text = TINY.format(out=tmp_path / "out", parallel=2, iterations=1, grid=grid)
+    text = text.replace("    [base]", f'    results = "{tmp_path / "results"}"\n    [base]')
+    path = write(tmp_path, text)
     good, bad = load_study(path).runs
     code, out, err = run_cli(str(path))
     assert code == 1, out + err
@@ -614,6 +670,8 @@ def test_failed_run_is_reported_and_the_study_goes_on(tmp_path):
     assert "Cannot load model '/nonexistent/model'" in out  # the log's tail
     assert "Cannot load model" in Path(f"{bad.run_dir}.log").read_text()
     assert f"done: {good.name} (1 iterations" in out
+    assert f"; committed to {good.results_dir}" in out and not bad.results_dir.exists()
+    assert metric_iterations(good.results_dir) == [0]
     assert metric_iterations(good.run_dir) == [0]
     assert "study tiny: 1 runs done, 1 failed" in out
     md = (tmp_path / "out" / "summary.md").read_text()

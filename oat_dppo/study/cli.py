@@ -76,11 +76,21 @@ def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None
     if args.report:
         return _report(study, runs, out, err, empty_is_error=True)
 
-    from oat_dppo.study.runner import LocalRunner, conflicts, print_plan, run_state, write_oat_script  # numpy
+    from oat_dppo.study.runner import (  # numpy
+        LocalRunner,
+        commit_finished,
+        conflicts,
+        print_plan,
+        run_state,
+        write_oat_script,
+    )
 
     problems = conflicts(runs)
     if problems:
         return bad([f"{study.path}: {p}" for p in problems])
+    if not args.dry_run:
+        for run in commit_finished(runs):
+            print(f"committed {run.name} to {run.results_dir}", file=out)
     states = {r.name: run_state(r) for r in runs}
     counts = {s: sum(1 for st in states.values() if st.status == s) for s in ("done", "resume", "restart", "new")}
     print(f"study {study.name}: {len(runs)} runs{f' (of {len(study.runs)})' if len(runs) < len(study.runs) else ''}, "
@@ -119,10 +129,14 @@ def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None
 
 def _report(study, runs, out: IO, err: IO, *, empty_is_error: bool) -> int:
     from oat_dppo.study.report import write_report  # numpy; matplotlib once figures are drawn
-    from oat_dppo.study.runner import conflicts
+    from oat_dppo.study.runner import commit_finished, conflicts
 
-    for problem in conflicts(runs):
+    problems = conflicts(runs)
+    for problem in problems:
         print(f"warning: {problem}; reported anyway", file=err)
+    if not problems:
+        for run in commit_finished(runs):
+            print(f"committed {run.name} to {run.results_dir}", file=out)
 
     report = write_report(study, runs)
     if not report.runs_with_metrics:

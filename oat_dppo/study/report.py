@@ -33,6 +33,7 @@ import numpy as np
 from oat_dppo.config import to_dict
 from oat_dppo.envs import get_preset
 from oat_dppo.plot.data import IGNORED_CONFIG_KEYS, MetricTable, Run, Series, load_run
+from oat_dppo.study.committed import metrics_dir
 from oat_dppo.study.spec import NAME_KEYS, RunSpec, Study, format_value
 
 REWARD = "rollout/reward_mean"
@@ -173,11 +174,13 @@ def build_groups(runs: Sequence[RunSpec], tables: dict[str, MetricTable], thresh
 
 
 def load_tables(runs: Sequence[RunSpec]) -> tuple[dict[str, MetricTable], dict[str, Run]]:
-    """Metric tables (and plot Runs) of the runs that have a metrics.jsonl."""
+    """Metric tables (and plot Runs) of the runs that have a metrics.jsonl, in their run directory or
+    their committed copy (whichever holds more iterations)."""
     tables, loaded = {}, {}
     for run in runs:
-        if (run.run_dir / "metrics.jsonl").is_file():
-            r = load_run(run.run_dir, warn=_quiet)
+        where = metrics_dir(run)
+        if (where / "metrics.jsonl").is_file():
+            r = load_run(where, warn=_quiet)
             tables[run.name] = r.metrics
             loaded[run.name] = r
     return tables, loaded

@@ -2,7 +2,8 @@
 
 A run's state comes from its directory `<out>/<run name>`:
 
-* done     metrics.jsonl has every iteration 0..iterations-1: skipped
+* done     metrics.jsonl has every iteration 0..iterations-1, in the run directory or in the run's
+           committed copy (`[study] results`, oat_dppo.study.committed): skipped
 * resume   a checkpoint, not done: `python -m oat_dppo.main --resume DIR --iterations N`
 * restart  metrics but no checkpoint to resume from (interrupted before its first save): started over
 * new      nothing yet (or only config.json): started
@@ -28,6 +29,7 @@ from typing import IO
 
 from oat_dppo.plot.data import read_metrics
 from oat_dppo.rundir import checkpoint_exists
+from oat_dppo.study.committed import commit
 from oat_dppo.study.spec import RunSpec, Study, config_differences, option_args
 
 EXIT_FAILED = 1
@@ -44,6 +46,7 @@ class RunState:
     status: str  # "done" | "resume" | "restart" | "new"
     iterations_done: int  # distinct iterations in metrics.jsonl
     last_reward: float | None
+    committed: bool = False  # done by its committed copy (another machine or clone ran it)
 
 
 def _quiet(_msg: str) -> None:
@@ -73,6 +76,10 @@ def run_state(run: RunSpec) -> RunState:
     its, reward = read_progress(run.run_dir)
     if set(range(run.config.iterations)) <= set(its):
         return RunState("done", len(its), reward)
+    if run.results_dir is not None:
+        committed_its, committed_reward = read_progress(run.results_dir)
+        if set(range(run.config.iterations)) <= set(committed_its):
+            return RunState("done", len(committed_its), committed_reward, committed=True)
     if has_checkpoint(run.run_dir):
         return RunState("resume", len(its), reward)
     if its:
@@ -81,23 +88,31 @@ def run_state(run: RunSpec) -> RunState:
 
 
 def conflicts(runs: list[RunSpec]) -> list[str]:
-    """Runs whose existing directory holds a run of another configuration (a study edited since)."""
+    """Runs whose existing directory, or committed copy, holds a run of another configuration (a
+    study edited since)."""
     problems = []
     for run in runs:
-        path = run.run_dir / "config.json"
-        if not path.is_file() or not (run.run_dir / "metrics.jsonl").exists() and not has_checkpoint(run.run_dir):
-            continue
-        try:
-            saved = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        diffs = config_differences(saved, run)
-        if diffs:
-            problems.append(
-                f"{run.run_dir} holds a run with another configuration ({'; '.join(diffs)}): "
-                "delete that directory, or give the study another [study] out"
-            )
+        for where, fix in ((run.run_dir, "give the study another [study] out"),
+                           (run.results_dir, "give the study another [study] results")):
+            if where is None:
+                continue
+            path = where / "config.json"
+            if not path.is_file() or not (where / "metrics.jsonl").exists() and not has_checkpoint(where):
+                continue
+            try:
+                saved = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            diffs = config_differences(saved, run)
+            if diffs:
+                problems.append(f"{where} holds a run with another configuration ({'; '.join(diffs)}): "
+                                f"delete that directory, or {fix}")
     return problems
+
+
+def commit_finished(runs: list[RunSpec]) -> list[RunSpec]:
+    """Commit every finished run not yet (fully) in its committed copy; returns those copied."""
+    return [run for run in runs if commit(run)]
 
 
 # ---- commands -----------------------------------------------------------------------------------
@@ -230,7 +245,9 @@ class LocalRunner:
         its, reward = read_progress(child.run.run_dir)
         if code == 0:
             self.done.append(name)
-            self.say(f"{self._prefix()} done: {name} ({len(its)} iterations, last reward {_reward(reward)}, {took})")
+            kept = f"; committed to {child.run.results_dir}" if commit(child.run) else ""
+            self.say(f"{self._prefix()} done: {name} ({len(its)} iterations, last reward {_reward(reward)}, {took})"
+                     f"{kept}")
         elif stopping and code in (EXIT_INTERRUPTED, -signal.SIGINT, -signal.SIGKILL, -signal.SIGTERM):
             self.interrupted.append(name)
             saved = "checkpoint saved" if has_checkpoint(child.run.run_dir) else "no checkpoint yet"
@@ -340,7 +357,7 @@ def print_plan(runs: list[RunSpec], states: dict[str, RunState], *, backend: str
     for run in runs:
         st = states[run.name]
         resume = backend == "local" and st.status == "resume"
-        label = {"done": "done (skip)", "resume": f"resume at {st.iterations_done}/{run.config.iterations}",
+        label = {"done": "done, committed (skip)" if st.committed else "done (skip)", "resume": f"resume at {st.iterations_done}/{run.config.iterations}",
                  "restart": "restart", "new": "new"}[st.status]
         print(f"{run.name}  [{label}]", file=out)
         print(f"    {shlex.join(main_command(run, resume=resume, backend=backend, python=python))}", file=out)

@@ -50,6 +50,8 @@ STUDY_KEYS = {
     "threshold": "reward for the 'iterations to reach' column of the report (default: no such column)",
     "final_window": "iterations at the end of a run whose mean reward is its 'final reward' (default 3)",
     "backend": '"local" (run here) or "oat" (write <out>/launch_oat.sh, run nothing) (default "local")',
+    "results": "where finished runs are committed as config.json + metrics.jsonl, one directory per run, and "
+               "read back from on any clone (default: none)",
 }
 TABLES = ("study", "base", "grid")
 BACKENDS = ("local", "oat")
@@ -97,6 +99,7 @@ class RunSpec:
     options: dict[str, Any]  # the options the study set ([base] + this grid point), TrainConfig order
     grid: dict[str, Any]  # the options this grid point set (field -> value)
     origins: dict[str, Origin] = field(default_factory=dict, repr=False)
+    results_dir: Path | None = None  # its committed copy, <[study] results>/<name> (oat_dppo.study.committed)
 
     @property
     def seed(self) -> int:
@@ -114,6 +117,7 @@ class Study:
     base: dict[str, Any]
     runs: list[RunSpec]
     final_window: int = 3
+    results: Path | None = None
 
     def select(self, patterns: list[str] | None) -> list[RunSpec]:
         """Runs whose name matches any pattern (a glob when it has * ? or [, else a substring)."""
@@ -280,14 +284,15 @@ def _check_option(chk: _Checker, key: str, value: Any, table: str, axis: str, in
 
 
 def _check_study_table(chk: _Checker, table: dict, default_name: str) -> dict:
-    out = {"name": default_name, "parallel": 1, "out": None, "threshold": None, "backend": "local", "final_window": 3}
+    out = {"name": default_name, "parallel": 1, "out": None, "threshold": None, "backend": "local", "final_window": 3,
+           "results": None}
     for key, value in table.items():
         loc = chk.at("study", key)
         if key not in STUDY_KEYS:
             chk.error(loc, f"[study] unknown key {key!r}{_suggest(key, STUDY_KEYS)}; valid keys: {', '.join(STUDY_KEYS)}")
             continue
         ok = True
-        if key in ("name", "out"):
+        if key in ("name", "out", "results"):
             ok = isinstance(value, str) and value.strip() != ""
             msg = f"[study] {key} must be a non-empty string, got {value!r}"
         elif key in ("parallel", "final_window"):
@@ -505,7 +510,8 @@ def load_study(path: str | Path, *, parallel: int | None = None) -> Study:
         if study["backend"] == "local":  # N runs share the cores; their output goes to a log file
             cfg.threads = options.get("threads", threads)
             cfg.progress = False
-        runs.append(RunSpec(name, out / name, cfg, options, grid, origins))
+        results_dir = Path(study["results"]) / name if study["results"] else None
+        runs.append(RunSpec(name, out / name, cfg, options, grid, origins, results_dir))
     by_name: dict[str, RunSpec] = {}
     for run in runs:
         if run.name in by_name:
@@ -518,7 +524,7 @@ def load_study(path: str | Path, *, parallel: int | None = None) -> Study:
     if chk.errors:
         raise StudyError(chk.errors)
     return Study(study["name"], path, out, study["parallel"], study["threshold"], study["backend"], base, runs,
-                 final_window=study["final_window"])
+                 final_window=study["final_window"], results=Path(study["results"]) if study["results"] else None)
 
 
 def _describe(grid: dict[str, Any]) -> str:
