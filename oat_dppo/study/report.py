@@ -33,6 +33,7 @@ import numpy as np
 from oat_dppo.config import to_dict
 from oat_dppo.envs import get_preset
 from oat_dppo.plot.data import IGNORED_CONFIG_KEYS, MetricTable, Run, Series, load_run
+from oat_dppo.study import significance
 from oat_dppo.study.committed import metrics_dir
 from oat_dppo.study.spec import NAME_KEYS, RunSpec, Study, format_value
 
@@ -45,6 +46,7 @@ PRE_UPDATE_MISMATCH = "train/mismatch_mean"
 # An iteration is "collapsed" when its mean reward is within this of the format-failure floor (all
 # or nearly all episodes failed to write a parseable action).
 COLLAPSE_MARGIN = 0.01
+SIGNIFICANCE_METRICS = {"final": "final reward", "lowest": "lowest reward", "collapsed": "iterations at the floor"}
 FIGURES = (("reward", REWARD, "reward (rollout/reward_mean)"),
            ("mismatch", MISMATCH, "|π − μ| (train/prob_diff_mean)"),
            ("kept", KEPT, "kept fraction (train/kept_frac)"))
@@ -68,6 +70,10 @@ class RunResult:
     kept: float
     mismatch: float
     eval: float
+    lowest: float  # min of R
+    collapsed: int  # iterations at the env's format-failure floor
+    entropy_min: float
+    engine_mismatch: float  # mean train/mismatch_mean: |pi - mu| before the update's first step
 
 
 def _finite(table: MetricTable, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -87,6 +93,7 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
         hit = np.nonzero(r >= threshold)[0]
         reach = float(its[hit[0]]) if len(hit) else math.nan
     _, ev = _finite(table, EVAL)
+    _, ent = _finite(table, ENTROPY)
     return RunResult(
         run=run,
         iterations=len(table),
@@ -97,6 +104,10 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
         kept=_mean(_finite(table, KEPT)[1]),
         mismatch=_mean(_finite(table, MISMATCH)[1]),
         eval=float(ev[-1]) if len(ev) else math.nan,
+        lowest=float(np.min(r)) if len(r) else math.nan,
+        collapsed=int(np.sum(r <= format_failure_floor(run) + COLLAPSE_MARGIN)),
+        entropy_min=float(np.min(ent)) if len(ent) else math.nan,
+        engine_mismatch=_mean(_finite(table, PRE_UPDATE_MISMATCH)[1]),
     )
 
 
@@ -292,7 +303,7 @@ def format_failure_floor(run: RunSpec) -> float:
     return get_preset(run.config.env).format_failure_reward + run.config.format_penalty
 
 
-def runs_csv_text(groups: Sequence[Group], tables: dict[str, MetricTable]) -> str:
+def runs_csv_text(groups: Sequence[Group]) -> str:
     """One row per run with metrics: `RUN_CSV_COLUMNS`, then the other options the grid varies."""
     extra_keys = [k for k in (groups[0].extra if groups else {}) if k not in RUN_CSV_COLUMNS]
     buf = io.StringIO()
@@ -304,16 +315,11 @@ def runs_csv_text(groups: Sequence[Group], tables: dict[str, MetricTable]) -> st
 
     for g in groups:
         for res in g.results:
-            run, table = res.run, tables[res.run.name]
-            _, r = _finite(table, REWARD)
-            floor = format_failure_floor(run)
-            _, ent = _finite(table, ENTROPY)
-            cfg = run.config
-            w.writerow([run.name, cfg.model, cfg.env, cfg.engine, cfg.trust_region, cfg.seed, res.iterations,
-                        num(res.final), num(float(r.min()) if len(r) else math.nan),
-                        int(np.sum(r <= floor + COLLAPSE_MARGIN)), num(res.kept), num(res.mismatch),
-                        num(float(ent.min()) if len(ent) else math.nan), num(res.eval),
-                        num(_mean(_finite(table, PRE_UPDATE_MISMATCH)[1])), *[g.extra[k] for k in extra_keys]])
+            cfg = res.run.config
+            w.writerow([res.run.name, cfg.model, cfg.env, cfg.engine, cfg.trust_region, cfg.seed, res.iterations,
+                        num(res.final), num(res.lowest), res.collapsed, num(res.kept), num(res.mismatch),
+                        num(res.entropy_min), num(res.eval), num(res.engine_mismatch),
+                        *[g.extra[k] for k in extra_keys]])
     return buf.getvalue()
 
 
@@ -345,6 +351,15 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
         "",
         markdown_table(groups, thr),
     ]
+    comps = significance.comparisons(groups, SIGNIFICANCE_METRICS)
+    if comps:
+        lines += [
+            "Rows of one model and env that differ in the trust region alone, or in the other varied options "
+            "alone: the difference of their means and its two-sided p-value over the seeds (exact permutation "
+            "test, `oat_dppo.study.significance`; one p per comparison, no correction for how many there are).",
+            "",
+            significance.markdown_table(comps),
+        ]
     if missing:
         lines += [f"No metrics yet ({len(missing)}): " + ", ".join(f"`{m}`" for m in missing), ""]
     if figures:
@@ -426,5 +441,5 @@ def write_report(study: Study, runs: Sequence[RunSpec], *, figures: bool = True)
     md_path, csv_path, runs_path = study.out / "summary.md", study.out / "summary.csv", study.out / "runs.csv"
     md_path.write_text(md, encoding="utf-8")
     csv_path.write_text(csv_text(groups, study.name, study.threshold), encoding="utf-8")
-    runs_path.write_text(runs_csv_text(groups, tables), encoding="utf-8")
+    runs_path.write_text(runs_csv_text(groups), encoding="utf-8")
     return Report(groups, md, [md_path, csv_path, runs_path, *pngs])
