@@ -235,7 +235,8 @@ class TrainConfig:
         "when all are importable.",
     )
     device: str = opt("auto", "Torch device for the local backend (auto: cuda when available).")
-    threads: int = opt(0, "Torch CPU threads (0: torch's default).")
+    threads: int = opt(0, "Torch CPU threads (0: the cores other work leaves free, at least 1; two runs side by "
+                          "side with one thread per core each would crawl).")
     progress: bool = opt(True, "Show a live progress bar (--no-progress: one line per iteration instead).")
 
 

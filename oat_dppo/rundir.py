@@ -97,6 +97,20 @@ class RunDir:
     def events_path(self) -> Path:
         return self.path / "events"
 
+    def discard(self) -> None:
+        """Remove what a run writes here (config, metrics, episodes, events, checkpoints), then the
+        directory itself if nothing else is left in it."""
+        import shutil  # noqa: PLC0415
+
+        for path in (self.config_path, self.metrics_path, self.episodes_path):
+            path.unlink(missing_ok=True)
+        for path in (self.events_path, self.checkpoint_path, self.checkpoint_path.with_name("checkpoint.prev")):
+            shutil.rmtree(path, ignore_errors=True)
+        try:
+            self.path.rmdir()
+        except OSError:  # the user's own files are there: keep them
+            pass
+
     def write_config(self, config: dict) -> None:
         atomic_write_text(self.config_path, json.dumps(_clean(config), indent=2, sort_keys=True) + "\n")
 

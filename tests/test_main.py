@@ -249,7 +249,26 @@ def test_existing_run_dir_is_not_overwritten(tmp_path):
     assert p.returncode == 2 and "--resume" in p.stderr
 
 
-def test_sigint_saves_and_the_run_resumes(tmp_path):
+def test_sigint_before_the_first_checkpoint_leaves_nothing(tmp_path):
+    """Ctrl-C in the first rollout: there is nothing to resume from, so no run directory (config.json,
+    events/) is left behind, and no resume command is offered."""
+    run_dir = tmp_path / "r"
+    cmd = [sys.executable, "-m", "oat_dppo.main", *TINY, "--run-dir", str(run_dir), "--env", "rg:arc_1d",
+           "--iterations", "50", "--episodes-per-iteration", "64", "--max-new-tokens", "64", "--eval-every", "0"]
+    cmd[cmd.index("none")] = "tensorboard"  # --log tensorboard: an events/ directory too
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=child_env())
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((run_dir / "config.json").exists() and (run_dir / "events").is_dir()):
+        time.sleep(0.05)
+    assert (run_dir / "events").is_dir(), "the run never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert f"interrupted before the first checkpoint: nothing was saved, and {run_dir} was removed" in err
+    assert "resume with" not in err and not run_dir.exists()
+
+
+def test_sigint_saves_and_the_run_resumes(tmp_path, capsys):
     run_dir = tmp_path / "r"
     proc = subprocess.Popen(
         [sys.executable, "-m", "oat_dppo.main", *TINY, "--run-dir", str(run_dir), "--env", "rg:arc_1d",
@@ -267,3 +286,7 @@ def test_sigint_saves_and_the_run_resumes(tmp_path):
     assert done >= 1 and (run_dir / "checkpoint" / "state.json").exists()
     assert main(["--resume", str(run_dir), "--iterations", str(done + 1)]) == 0
     assert [r["iteration"] for r in metrics(run_dir)] == list(range(done + 1))
+    capsys.readouterr()
+    assert main(["--resume", str(run_dir), "--iterations", "1"]) == 0  # fewer than it has: nothing to do
+    assert (f"nothing to do: {run_dir} has {done + 1} iterations, and --iterations is 1; raise --iterations above "
+            f"{done + 1} to train longer") in capsys.readouterr().err

@@ -61,6 +61,7 @@ def fake_rows(trust_region: str, seed: int, iterations: int = 30, eval_every: in
             "train/kept_frac_neg": 0.93,
             "train/prob_diff_mean": (0.01 if fast else 0.02) * (1 + 0.05 * it) + rng.uniform(0, 0.003),
             "train/prob_diff_max": 0.6 + rng.uniform(0, 0.3),
+            "train/mismatch_mean": 0.005 + rng.uniform(0, 0.001),
             "train/entropy": 1.2 - 0.5 * progress + rng.normal(0, 0.02),
             "train/loss": rng.normal(0, 0.1),
             "train/grad_norm": 0.5 + rng.uniform(0, 0.5),
@@ -283,12 +284,37 @@ def test_main_writes_overview_and_one_png_per_metric(runs_root: Path, tmp_path: 
     out = tmp_path / "plots"
     assert main([str(runs_root), "--out", str(out)]) == 0
     captured = capsys.readouterr()
-    names = ["reward", "kept_frac", "prob_diff", "entropy", "overview"]
+    names = ["reward", "kept_frac", "mismatch", "prob_diff", "entropy", "overview"]
     for name in names:
         assert_png(out / f"{name}.png")
         assert f"wrote {out / name}.png" in captured.out
     assert_png(out / "overview.png", min_bytes=60_000)
     assert "killed" in captured.err  # the truncated line of the seed-2 runs
+
+
+def test_mismatch_and_drift_are_separate_panels():
+    """The mismatch panel draws the engine's mismatch (train/mismatch_mean, before the update moves
+    pi); prob_diff (mismatch + the policy's drift over the update) is titled as such."""
+    from oat_dppo.plot import DEFAULT_PANELS, NAMED_PANELS
+
+    assert NAMED_PANELS["mismatch"].key == "train/mismatch_mean"
+    assert "mismatch" in NAMED_PANELS["mismatch"].title.lower()
+    assert NAMED_PANELS["prob_diff"].key == "train/prob_diff_mean"
+    assert "drift" in NAMED_PANELS["prob_diff"].title and "mismatch)" not in NAMED_PANELS["prob_diff"].title
+    assert DEFAULT_PANELS.index("mismatch") < DEFAULT_PANELS.index("prob_diff")
+
+
+def test_default_panels_skip_quietly_what_older_runs_did_not_log(runs_root: Path, tmp_path: Path, capsys):
+    old = tmp_path / "old"
+    old.mkdir()
+    src = runs_root / "sudoku-dppo_binary_tv-s0"
+    (old / "config.json").write_text((src / "config.json").read_text())
+    lines = [json.loads(x) for x in (src / "metrics.jsonl").read_text().splitlines() if x.strip().endswith("}")]
+    (old / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "train/mismatch_mean"})
+                                               + "\n" for r in lines))
+    assert main([str(old), "--out", str(tmp_path / "p")]) == 0
+    assert "mismatch" not in capsys.readouterr().err
+    assert not (tmp_path / "p" / "mismatch.png").exists() and (tmp_path / "p" / "prob_diff.png").exists()
 
 
 def test_main_flags_metrics_wall_time_minmax_smooth_and_missing_metric(runs_root: Path, tmp_path: Path, capsys):

@@ -194,6 +194,55 @@ def test_ppo_clip_recompute_anchor_masks_on_pi_old_and_weights_by_pi_over_mu():
 
 
 @pytest.mark.parametrize(
+    "name, divergence",
+    [
+        # TV: |pi_old - pi| = [0.25, 0.05] against delta 0.2; against mu it would be [0.05, 0.45].
+        ("dppo_binary_tv", [0.25, 0.05]),
+        # KL(Bern(pi_old) || Bern(pi)): 0.5 ln(0.5/0.75) + 0.5 ln(0.5/0.25) = 0.1438410 and
+        # 0.7 ln(0.7/0.75) + 0.3 ln(0.3/0.25) = 0.0064013 against delta 0.05; against mu, 0.0064 and 0.4458.
+        ("dppo_binary_kl", [0.1438410, 0.0064013]),
+    ],
+)
+def test_dppo_recompute_anchor_measures_the_divergence_from_pi_old_not_mu(name, divergence):
+    """anchor="recompute" (figure 4's decoupled ablation): eq. 12's D and its r > 1 test are taken
+    between pi_old and pi, never between mu and pi; the weight stays min(pi / mu, C) (eq. 23).
+    Two A > 0 tokens with pi = 0.75 where mu and pi_old disagree about the mask (default deltas):
+      token 0: pi_old 0.5, mu 0.7: D(pi_old, pi) exceeds delta -> blocked (against mu it is kept);
+      token 1: pi_old 0.7, mu 0.3: D(pi_old, pi) is below delta -> kept with weight pi / mu = 2.5
+               (against mu it is blocked).
+    The behavior anchor gives the opposite mask on the same tokens."""
+    pi, mu, old, adv = [0.75, 0.75], [0.7, 0.3], [0.5, 0.7], [1.0, 1.0]
+    keep, grad, out = run(name, pi, mu, adv, old=old, anchor="recompute")
+    assert keep == [False, True]
+    assert grad == pytest.approx([0.0, -0.75 / 0.3], rel=1e-5)
+    # divergence_mean is the mean of the divergence the mask thresholded: pi_old's, not mu's.
+    assert out.metrics["divergence_mean"] == pytest.approx(sum(divergence) / 2, rel=1e-4)
+    keep, _, _ = run(name, pi, mu, adv)
+    assert keep == [True, False]
+
+
+def test_ppo_clip_asymmetric_epsilons_clip_each_side_at_its_own_epsilon():
+    """Eq. 9 (clip-higher) with eps_low = 0.1 != eps_high = 0.3, mu = 0.5 everywhere (r = 2 pi):
+    A > 0 is blocked only above r = 1 + eps_high = 1.3, A < 0 only below r = 1 - eps_low = 0.9.
+    With the epsilons swapped the bounds would be 1.1 and 0.7: tokens 0 and 2 pin which is which.
+      0: A+ r 1.2 kept (1.2 <= 1.3)     1: A+ r 1.4 blocked      2: A- r 0.8 blocked (0.8 < 0.9)
+      3: A- r 0.6 blocked               4: A- r 1.2 kept (an A < 0 token is never clipped above)
+      5: A+ r 0.8 kept (an A > 0 token is never clipped below)
+    """
+    pi = [0.6, 0.7, 0.4, 0.3, 0.6, 0.4]
+    adv = [1.0, 1.0, -1.0, -1.0, -1.0, 1.0]
+    keep, grad, out = run("ppo_clip", pi, [0.5] * 6, adv, eps_low=0.1, eps_high=0.3)
+    assert keep == [True, False, False, False, True, True]
+    # eq. 23: -M * r * A
+    assert grad == pytest.approx([-1.2, 0.0, 0.0, 0.0, 1.2, -0.8], rel=1e-5)
+    assert out.metrics["kept_frac_pos"] == pytest.approx(2 / 3)
+    assert out.metrics["kept_frac_neg"] == pytest.approx(1 / 3)
+    # The same tokens with the epsilons given the other way round: now 0 is blocked and 2 kept.
+    keep, _, _ = run("ppo_clip", pi, [0.5] * 6, adv, eps_low=0.3, eps_high=0.1)
+    assert keep == [False, False, True, False, True, True]
+
+
+@pytest.mark.parametrize(
     "direction, keep",
     [
         # tokens: (mu 0.05, pi 0.10, A+) r=2 ; (mu 0.05, pi 0.02, A-) r=0.4 ; (mu 0.5, pi 0.9, A+) r=1.8
@@ -215,6 +264,60 @@ def test_neg_tv_mask_blocks_only_large_drops_on_negative_samples():
     k, _, out = run("neg_tv_mask", [0.3, 0.5, 0.3, 0.04], [0.9, 0.9, 0.9, 0.55], [-1.0, -1.0, 1.0, -1.0])
     assert k == [False, True, True, False]
     assert out.metrics["bad_update_frac"] == pytest.approx(0.5)
+
+
+# ---- Boundaries at exactly delta ----------------------------------------------------------------
+# Strategies compute in float32 (`prepare`). Dyadic probabilities survive the round trip exactly:
+# exp(float32(log p)) == p for p = 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, so the differences below are exact.
+DYADIC = [0.25, 0.375, 0.5, 0.625, 0.75, 0.875]
+
+
+def test_dyadic_probabilities_are_exact_in_float32():
+    lp = torch.log(torch.tensor(DYADIC, dtype=torch.float64)).float()  # [6], as `run` builds them
+    assert lp.exp().tolist() == DYADIC
+    assert binary_tv(lp[[2, 4]], lp[[4, 2]]).tolist() == [0.25, 0.25]  # |0.5 - 0.75| both ways
+
+
+def test_dppo_mask_is_strict_at_exactly_delta():
+    """Eq. 12 blocks an update only where D > delta: strict, as the paper writes it (eq. 12 and
+    its restatements in the appendix), since the trust region of eqs. 4 and 8 is D <= delta, which a token at
+    D == delta still satisfies. So D == delta is kept; the code compares `divergence > self.delta`.
+    Binary TV (eq. 13) is exactly 0.25 = delta here (dyadic probabilities, float32):
+      0: A+ mu 0.5 -> pi 0.75   (r > 1, D = delta)  kept
+      1: A- mu 0.75 -> pi 0.5   (r < 1, D = delta)  kept
+      2: A+ mu 0.5 -> pi 0.875  (r > 1, D = 0.375)  blocked: the mask is live just above delta
+      3: A- mu 0.75 -> pi 0.375 (r < 1, D = 0.375)  blocked
+    Top-K TV (eq. 15) over {a_t, rest} is the same number here and goes through the same comparison."""
+    pi, mu, adv = [0.75, 0.5, 0.875, 0.375], [0.5, 0.75, 0.5, 0.75], [1.0, -1.0, 1.0, -1.0]
+    keep, grad, out = run("dppo_binary_tv", pi, mu, adv, delta=0.25)
+    assert keep == [True, True, False, False]
+    assert grad == pytest.approx([-1.5, 2 / 3, 0.0, 0.0], rel=1e-6)
+    assert out.metrics["divergence_mean"] == (0.25 + 0.25 + 0.375 + 0.375) / 4  # exact: D == delta really
+    # Top-K with K = 1: slots [a_t, the other token] carry the whole distribution, TV = |mu - pi| again.
+    logp = torch.log(torch.tensor([pi], dtype=torch.float64)).float()  # [1, 4]
+    blp = torch.log(torch.tensor([mu], dtype=torch.float64)).float()
+    tb = torch.stack([blp, torch.log1p(-blp.double().exp()).float()], -1)  # [1, 4, 2]
+    tl = torch.stack([logp, torch.log1p(-logp.double().exp()).float()], -1)
+    inputs = TrustRegionInputs(logp, blp, torch.tensor([adv]), torch.ones(1, 4, dtype=torch.bool),
+                               topk_behavior_logp=tb, topk_logp=tl, topk_valid=torch.ones_like(tb, dtype=torch.bool))
+    out = make_trust_region("dppo_topk_tv", delta=0.25, topk=1)(inputs)
+    assert out.keep[0].tolist() == [True, True, False, False]
+    assert out.metrics["divergence_mean"] == (0.25 + 0.25 + 0.375 + 0.375) / 4
+
+
+def test_neg_tv_mask_blocks_a_drop_of_exactly_delta():
+    """Section 5.3's mask is inclusive: M_t = 0 if A < 0 and mu - pi >= delta (the paper's text
+    writes >=, unlike eq. 12's strict D > delta); the code compares `drop >= self.delta`. The drops
+    here are exact in float32 (dyadic probabilities):
+      0: A- mu 0.75 -> pi 0.25  (drop 0.5 = delta)   blocked
+      1: A- mu 0.875 -> pi 0.5  (drop 0.375 < delta) kept
+      2: A+ mu 0.75 -> pi 0.25  (drop 0.5, A > 0)    kept: only negative samples are masked
+    and at delta 0.25 the drop of 0.25 (mu 0.75 -> pi 0.5) is blocked likewise."""
+    keep, grad, _ = run("neg_tv_mask", [0.25, 0.5, 0.25], [0.75, 0.875, 0.75], [-1.0, -1.0, 1.0])
+    assert keep == [False, True, True]
+    assert grad == pytest.approx([0.0, 0.5 / 0.875, -1 / 3], rel=1e-6)
+    keep, _, _ = run("neg_tv_mask", [0.5, 0.5], [0.75, 0.625], [-1.0, -1.0], delta=0.25)
+    assert keep == [False, True]
 
 
 def test_metrics_count_only_informative_tokens_and_report_mismatch():

@@ -145,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(available))
         return 0
 
-    panels = resolve_panels(args.metrics.split(","), available, warn=warn_stderr)
+    # The default panels skip quietly what older runs did not log (train/mismatch_mean is newer).
+    quiet_default = args.metrics == ",".join(DEFAULT_PANELS)
+    panels = resolve_panels(args.metrics.split(","), available, warn=(lambda _m: None) if quiet_default else warn_stderr)
     if not panels:
         return fail(f"none of --metrics {args.metrics} is in any run; the runs logged: {', '.join(available)}")
     if args.x == "wall_time":

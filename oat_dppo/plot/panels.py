@@ -26,12 +26,15 @@ NAMED_PANELS: dict[str, Panel] = {
     for p in (
         Panel("reward", "Reward", "rollout/reward_mean", "eval/reward_mean"),
         Panel("kept_frac", "Kept fraction (tokens not masked by the trust region)", "train/kept_frac"),
-        Panel("prob_diff", "|π − μ| (training–inference mismatch)", "train/prob_diff_mean"),
+        # The engine's mismatch alone: |pi - mu| on the update's first optimizer step, before pi moves.
+        Panel("mismatch", "Training–inference mismatch |π − μ| (before the update)", "train/mismatch_mean"),
+        # Over the whole update: the mismatch plus the policy's drift over the later optimizer steps.
+        Panel("prob_diff", "|π − μ| over the update (mismatch + policy drift)", "train/prob_diff_mean"),
         Panel("entropy", "Policy entropy", "train/entropy"),
         Panel("success", "Success rate", "rollout/success_rate", "eval/success_rate"),
     )
 }
-DEFAULT_PANELS = ("reward", "kept_frac", "prob_diff", "entropy")
+DEFAULT_PANELS = ("reward", "kept_frac", "mismatch", "prob_diff", "entropy")
 
 
 def _stem(key: str) -> str:

@@ -7,7 +7,7 @@ Per run (from its metrics.jsonl, read with `oat_dppo.plot.read_metrics`), R = ro
     reach      the first iteration with R >= threshold (None when never)
     auc        mean of R over all logged iterations (area under the curve / iterations)
     kept       mean of train/kept_frac over iterations
-    mismatch   mean of train/prob_diff_mean (|pi - mu|) over iterations
+    mismatch   mean of train/prob_diff_mean (|pi - mu| over the update: mismatch + drift) over iterations
     eval       the last logged eval/reward_mean (NaN when the run never evaluated)
 
 `runs.csv` has one row per run (`RUN_CSV_COLUMNS`): besides these, its lowest R, the iterations
@@ -39,7 +39,7 @@ from oat_dppo.study.spec import NAME_KEYS, RunSpec, Study, format_value
 
 REWARD = "rollout/reward_mean"
 KEPT = "train/kept_frac"
-MISMATCH = "train/prob_diff_mean"
+MISMATCH = "train/prob_diff_mean"  # |pi - mu| over the update: the mismatch plus the policy's drift
 EVAL = "eval/reward_mean"
 ENTROPY = "train/entropy"
 PRE_UPDATE_MISMATCH = "train/mismatch_mean"
@@ -48,8 +48,9 @@ PRE_UPDATE_MISMATCH = "train/mismatch_mean"
 COLLAPSE_MARGIN = 0.01
 SIGNIFICANCE_METRICS = {"final": "final reward", "lowest": "lowest reward", "collapsed": "iterations at the floor"}
 FIGURES = (("reward", REWARD, "reward (rollout/reward_mean)"),
-           ("mismatch", MISMATCH, "|π − μ| (train/prob_diff_mean)"),
-           ("kept", KEPT, "kept fraction (train/kept_frac)"))
+           ("kept", KEPT, "kept fraction (train/kept_frac)"),
+           ("mismatch", PRE_UPDATE_MISMATCH, "training–inference mismatch |π − μ| (train/mismatch_mean)"),
+           ("drift", MISMATCH, "|π − μ| over the update, mismatch + drift (train/prob_diff_mean)"))
 
 
 def _quiet(_msg: str) -> None:
@@ -373,7 +374,7 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
 
 
 def write_figures(study: Study, groups: Sequence[Group], loaded: dict[str, Run]) -> list[Path]:
-    """reward.png, mismatch.png, kept.png: a grid of panels (rows: models, columns: envs), one line
+    """reward.png, kept.png, mismatch.png (train/mismatch_mean), drift.png (train/prob_diff_mean): a grid of panels (rows: models, columns: envs), one line
     per trust region (and other varied options) with a ± std band over seeds."""
     # matplotlib (about 0.5 s): only when figures are drawn
     from matplotlib.figure import Figure

@@ -43,8 +43,9 @@ from oat_dppo.models import (
     load_policy,
     policy_weights,
 )
-from oat_dppo.rundir import RunDir, RunDirError
+from oat_dppo.rundir import RunDir, RunDirError, checkpoint_exists
 from oat_dppo.seeds import derive_seed, episode_seeds, eval_seeds
+from oat_dppo.threads import choose_threads
 from oat_dppo.trust_region import requirements
 
 # A response budget that keeps CPU iterations short; presets carry GEM's GPU-sized 4096.
@@ -129,8 +130,10 @@ def build_engine(cfg: TrainConfig, model, tokenizer, prompt: PromptFormat, *, to
 # ---------------------------------------------------------------------------------------------
 
 
-class Interrupted(Exception):
-    """Raised by the signal handler to leave the rollout phase at once."""
+class Interrupted(BaseException):
+    """Raised by the signal handler to leave the rollout phase at once. A BaseException, as
+    KeyboardInterrupt is: code that turns an Exception into something else (an env's reset or step
+    failing becomes an episode's error) must not swallow it."""
 
 
 class LocalTrainer:
@@ -147,8 +150,10 @@ class LocalTrainer:
         self.run_dir = run_dir if isinstance(run_dir, RunDir) else None  # created by run()
         self.resume = resume
         self.out = out if out is not None else sys.stderr  # the stream of now, not of import time
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        threads, note = choose_threads(cfg.threads)
+        torch.set_num_threads(threads)
+        if note:
+            print(note, file=self.out)
         self.device = resolve_device(cfg.device)
         cfg.engine = resolve_engine(cfg)
         cfg.engine_dtype = resolve_engine_dtype(cfg)
@@ -287,20 +292,22 @@ class LocalTrainer:
     def run(self) -> int:
         cfg = self.cfg
         if self.finished:
-            print(f"nothing to do: {self.run_dir_path} has all {cfg.iterations} iterations; raise --iterations to "
-                  "train longer", file=self.out)
+            print(f"nothing to do: {self.run_dir_path} has {self.start_iteration} iterations, and --iterations is "
+                  f"{cfg.iterations}; raise --iterations above {self.start_iteration} to train longer", file=self.out)
             self.close()
             return 0
-        if self.run_dir is None:
-            self.run_dir = self._open_run_dir()
-        self.writer = self._make_writer()
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        for s in previous:
+        for s in previous:  # before the directory is made: a Ctrl-C from here on is handled below
             signal.signal(s, self._on_signal)
-        bar = self._progress_bar()
+        bar = None
         last_saved = self.start_iteration - 1
-        t_run = time.perf_counter()
+        interrupted = False
         try:
+            if self.run_dir is None:
+                self.run_dir = self._open_run_dir()
+            self.writer = self._make_writer()
+            bar = self._progress_bar()
+            t_run = time.perf_counter()
             for iteration in range(self.start_iteration, cfg.iterations):
                 row = self.train_iteration(iteration)
                 if cfg.eval_every and (iteration + 1) % cfg.eval_every == 0 and self.eval_envs:
@@ -324,17 +331,27 @@ class LocalTrainer:
         except (Interrupted, KeyboardInterrupt):
             if bar is not None:
                 bar.close()
-            done = last_saved + 1
-            print(
-                f"\ninterrupted: {done} of {cfg.iterations} iterations saved in {self.run_dir.path}\n"
-                f"resume with: python -m oat_dppo.main --resume {self.run_dir.path}",
-                file=self.out,
-            )
-            return 130
+            interrupted = True
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
             self.close()
+        if interrupted:
+            if self.run_dir is None and not self.resume:  # stopped while the directory was being made
+                if self.run_dir_path.is_dir():
+                    RunDir(self.run_dir_path, create=False).discard()
+                print("\ninterrupted before the run started: nothing was saved", file=self.out)
+            elif self.run_dir is None:
+                print("\ninterrupted before the resumed run started: its directory is as it was", file=self.out)
+            elif not self.resume and not checkpoint_exists(self.run_dir.checkpoint_path):
+                # Nothing to resume from: leave no half-made run behind (a resume would refuse it).
+                self.run_dir.discard()
+                print(f"\ninterrupted before the first checkpoint: nothing was saved, and {self.run_dir.path} "
+                      "was removed", file=self.out)
+            else:
+                print(f"\ninterrupted: {last_saved + 1} of {cfg.iterations} iterations saved in {self.run_dir.path}\n"
+                      f"resume with: python -m oat_dppo.main --resume {self.run_dir.path}", file=self.out)
+            return 130
         if bar is not None:
             bar.close()
         if not cfg.keep_checkpoint:

@@ -1,0 +1,88 @@
+"""Per-turn returns and advantages (`oat_dppo.agent.advantages`): exact values for every mode, ties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from oat_dppo.agent import Episode, Turn, assign_advantages, discounted_returns
+
+EPS = 1e-6  # assign_advantages' default eps
+
+
+def episode(seed: int, rewards: list[float], error: str | None = None) -> Episode:
+    """An episode of one turn per reward (one response token each)."""
+    turns = [
+        Turn(prompt_ids=[0], response_ids=[1], behavior_logprobs=np.zeros(1, dtype=np.float32), reward=r,
+             done=i == len(rewards) - 1, truncated=False, well_formed=True, finish_reason="stop")
+        for i, r in enumerate(rewards)
+    ]
+    return Episode(env_index=0, seed=seed, turns=turns, error=error)
+
+
+def advantages(episodes: list[Episode]) -> list[list[float]]:
+    return [[t.advantage for t in e.turns] for e in episodes]
+
+
+def test_discounted_returns():
+    # G_t = r_t + gamma G_{t+1}: [0, 0, 1] at gamma 0.5 -> [0.25, 0.5, 1]
+    assert discounted_returns([0.0, 0.0, 1.0], 0.5) == [0.25, 0.5, 1.0]
+    assert discounted_returns([2.0, 1.0], 1.0) == [3.0, 1.0]
+    assert discounted_returns([], 0.9) == []
+
+
+def test_batch_norm_centres_and_scales_over_every_turn():
+    """batch_norm: A = (G_t - mean G) / (std G + eps) over all turns of the batch. Turn returns
+    [3 | 1 | 3, 1] (the last episode has two turns, gamma 1): mean 2, std 1 (np.std, ddof 0), so
+    A = +-1 / (1 + eps). An episode with an env error is left out of the statistics and untouched."""
+    batch = [episode(0, [3.0]), episode(1, [1.0]), episode(2, [2.0, 1.0]), episode(3, [100.0], error="boom")]
+    assign_advantages(batch, "batch_norm", gamma=1.0)
+    a = 1 / (1 + EPS)
+    got = advantages(batch)
+    assert got[:3] == [pytest.approx([a], rel=1e-12), pytest.approx([-a], rel=1e-12), pytest.approx([a, -a], rel=1e-12)]
+    assert got[3] == [0.0]
+    assert [t.ret for e in batch[:3] for t in e.turns] == [3.0, 1.0, 3.0, 1.0]
+    assert sum(sum(x) for x in got[:3]) == pytest.approx(0.0, abs=1e-12)  # centred
+
+
+def test_batch_norm_of_tied_returns_is_zero_not_nan():
+    batch = [episode(0, [1.0]), episode(1, [1.0]), episode(2, [1.0])]
+    assign_advantages(batch, "batch_norm")
+    assert advantages(batch) == [[0.0], [0.0], [0.0]]
+
+
+def grpo_batch() -> list[Episode]:
+    """Seed 0: episode returns G_0 = [1, 0, 0, 0] (the first has two turns, rewards [0, 1], gamma 1, so
+    both of its turns return 1): mean 0.25, std sqrt(3)/4 (ddof 0). Seed 1: three returns of 1, tied.
+    Seed 2: a group of one episode."""
+    return [episode(0, [0.0, 1.0]), episode(0, [0.0]), episode(1, [1.0]), episode(0, [0.0]), episode(0, [0.0]),
+            episode(1, [1.0]), episode(2, [0.5]), episode(1, [1.0])]
+
+
+def test_group_subtracts_the_group_mean_without_scaling():
+    """group: A = G_t - mean of the group's episode returns (the paper's eq. 23 runs); a tied group
+    and a group of one get A = 0."""
+    batch = grpo_batch()
+    assign_advantages(batch, "group")
+    assert advantages(batch) == [[0.75, 0.75], [-0.25], [0.0], [-0.25], [-0.25], [0.0], [0.0], [0.0]]
+
+
+def test_group_norm_divides_by_the_group_std_plus_eps():
+    """group_norm (GRPO): A = (G_t - mean) / (std + eps) per group. Seed 0: 0.75 / (sqrt(3)/4 + eps)
+    ~ sqrt(3) and -0.25 / (sqrt(3)/4 + eps) ~ -1/sqrt(3). A tied group (std 0, as in a GRPO group
+    where every sample failed) and a group of one are 0 / (0 + eps) = 0: finite, not 0/0 = NaN."""
+    batch = grpo_batch()
+    assign_advantages(batch, "group_norm")
+    hi, lo = 0.75 / (math.sqrt(3) / 4 + EPS), -0.25 / (math.sqrt(3) / 4 + EPS)
+    got = advantages(batch)
+    assert [got[i] for i in (2, 5, 6, 7)] == [[0.0]] * 4  # seed 1 tied, seed 2 alone
+    assert got[0] == pytest.approx([hi, hi], rel=1e-12)
+    assert [got[i] for i in (1, 3, 4)] == [pytest.approx([lo], rel=1e-12)] * 3
+    assert all(math.isfinite(x) for turns in got for x in turns), got
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="advantage mode must be one of"):
+        assign_advantages([episode(0, [1.0])], "grpo")  # type: ignore[arg-type]
