@@ -4,14 +4,16 @@ trust region, the prompt template. (A fix here reaches the local trainer and the
 from __future__ import annotations
 
 import functools
+import inspect
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from oat_dppo.config import ConfigError, TrainConfig, env_options, trust_region_params
+from oat_dppo.config import ConfigError, TrainConfig, assignments, env_options, trust_region_params
 from oat_dppo.seeds import derive_seed
 from oat_dppo.trust_region import make_trust_region
+from oat_dppo.trust_region.registry import get_factory
 
 TINY_MODEL_NAMES = ("tiny-qwen3", "tiny-llama")
 
@@ -20,11 +22,33 @@ def build_trust_region(cfg: TrainConfig):
     """The strategy `--trust-region` names, with its parameters; a bad name or parameter is a
     `ConfigError` (one line)."""
     try:
-        return make_trust_region(cfg.trust_region, **trust_region_params(cfg))
+        params = trust_region_params(cfg)
+        _check_numeric_tr_params(cfg)
+        return make_trust_region(cfg.trust_region, **params)
     except ValueError as e:
         if isinstance(e, ConfigError):
             raise
         raise ConfigError(f"--trust-region {cfg.trust_region}: {e}") from e
+
+
+def _check_numeric_tr_params(cfg: TrainConfig) -> None:
+    """A --tr-param NAME=TEXT whose TEXT is no number where the strategy takes one is a `ConfigError`
+    naming both (the strategy's own float() would name neither)."""
+    texts = {name: value for name, value in assignments(cfg.tr_param, "--tr-param", example="delta=0.1").items()
+             if isinstance(value, str)}
+    if not texts:
+        return
+    try:
+        parameters = inspect.signature(get_factory(cfg.trust_region)).parameters
+    except (TypeError, ValueError):  # no signature to read (or an unknown name: make_trust_region says so)
+        return
+    for name, text in texts.items():
+        p = parameters.get(name)
+        if p is None:  # a parameter the strategy does not take: make_trust_region says so
+            continue
+        numeric_default = isinstance(p.default, (int, float)) and not isinstance(p.default, bool)
+        if numeric_default or p.annotation in (int, float, "int", "float"):
+            raise ConfigError(f"--tr-param {name}={text}: {text!r} is not a number")
 
 
 def build_envs(cfg: TrainConfig, n: int, *, for_eval: bool) -> list:

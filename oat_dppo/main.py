@@ -19,6 +19,7 @@ import tyro
 
 from oat_dppo.backends import oat as oat_backend  # cheap: Oat itself is imported by launch/main
 from oat_dppo.backends.oat.availability import missing, missing_packages, require
+from oat_dppo import precheck
 from oat_dppo.cli import fail
 from oat_dppo.cli import parse as parse_cli
 from oat_dppo.config import Backend, ConfigError, TrainConfig, from_dict, validate
@@ -103,6 +104,10 @@ def run(cfg: TrainConfig) -> int:
     """Check `cfg`, then train. A new run's directory is created only once everything that bad input
     can break (strategy, environment, model, engine) has been built."""
     validate(cfg)
+    if cfg.resume is None:  # a resumed run's options were checked when it started
+        found = precheck.problems(cfg)
+        if found:
+            raise ConfigError("\nerror: ".join(found))
     if choose_backend(cfg) == "oat":
         return oat_backend.launch(cfg)
     from oat_dppo.backends.local import LocalTrainer, resolve_engine, resolve_engine_dtype  # torch: not for --help

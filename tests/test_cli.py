@@ -69,3 +69,12 @@ def _configs():
 def test_every_option_has_help_text(config):
     helps = _option_helps(config)
     assert helps and not [flag for flag, text in helps.items() if not text], helps
+
+
+def test_bench_help_opens_with_a_sentence_that_says_what_the_command_does(capsys):
+    from oat_dppo.bench.__main__ import main as bench_main
+
+    assert bench_main(["--help"]) == 0
+    description = capsys.readouterr().out.split("\n\n")[1]  # after the usage line
+    assert description[0].isupper() and description.endswith(".") and "\n" not in description, description
+    assert "benchmark" in description and "Markdown tables" in description

@@ -46,3 +46,12 @@ def test_export_refuses_a_non_empty_target_and_a_run_without_checkpoint(tmp_path
     assert "not empty" in capsys.readouterr().err
     assert export_main([str(tmp_path / "run"), str(tmp_path / "new")]) == 2
     assert "no usable checkpoint" in capsys.readouterr().err
+
+
+def test_export_help_names_its_two_directories(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        export_main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith(" RUN_DIR OUT_DIR"), out.splitlines()[0]
+    assert "STR" not in out

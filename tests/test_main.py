@@ -191,6 +191,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--tr-param", "delta"], ["expected NAME=VALUE"]),
         (["--tr-param", "delta=0.1", "--delta", "0.2"], ["delta is already set"]),
         (["--tr-param", "beta=1"], ["does not take 'beta'"]),
+        (["--tr-param", "delta=abc"], ["--tr-param delta=abc: 'abc' is not a number"]),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(tmp_path, args, needles):

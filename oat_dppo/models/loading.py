@@ -48,13 +48,19 @@ def load_policy(
 
     path = Path(name).expanduser()
     if path.is_dir():
-        return _load_dir(path, dtype)
+        try:
+            return _load_dir(path, dtype)
+        except (OSError, ValueError) as e:  # no config.json, no tokenizer, an unknown architecture
+            raise ModelNotFoundError(f"Cannot load model {name!r}: the directory is not a model transformers can "
+                                     f"load (it needs config.json, weights and tokenizer files): {e}") from e
 
     # A hub id. Fail fast and helpfully when it cannot be had offline.
     if common.hub_offline() and not common.in_hf_cache(name):
         if name.strip().lower() == SMOLLM2_HUB_ID.lower():
             return _load_dir(smollm2.smollm2_dir(cache_dir), dtype)
         raise ModelNotFoundError(_not_found_message(name))
+    if not common.in_hf_cache(name):
+        _probe_hub(name)
     try:
         return _load_dir(name, dtype)
     except OSError as e:  # HF raises OSError for unknown repos, missing files and network failures
@@ -74,6 +80,24 @@ def load_tokenizer(name: str, *, cache_dir: str | os.PathLike | None = None) -> 
     if not path.is_dir() and common.hub_offline() and not common.in_hf_cache(name):
         raise ModelNotFoundError(_not_found_message(name))
     return _prepare_tokenizer(AutoTokenizer.from_pretrained(str(path) if path.is_dir() else name))
+
+
+def _probe_hub(name: str, timeout_s: float = 10.0) -> None:
+    """One quick request for a hub id before the download: an unknown id or an unreachable hub is
+    one clear error in about a second, where transformers' download retries take ~50 s to say so."""
+    from huggingface_hub import model_info  # noqa: PLC0415
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError  # noqa: PLC0415
+
+    try:
+        model_info(name, timeout=timeout_s)
+    except RepositoryNotFoundError:
+        raise ModelNotFoundError(f"Cannot load model {name!r}: the Hugging Face hub has no such model (or it is "
+                                 "private: log in with `hf auth login`)\n" + _not_found_message(name)) from None
+    except HfHubHTTPError:  # gated, rate-limited, ...: the download says what it needs
+        return
+    except Exception as e:  # no network, DNS, TLS, timeout
+        raise ModelNotFoundError(f"Cannot load model {name!r}: the Hugging Face hub cannot be reached "
+                                 f"({type(e).__name__}: {e})\n" + _not_found_message(name)) from None
 
 
 def _load_dir(path_or_id: str | os.PathLike, dtype: torch.dtype):

@@ -399,59 +399,48 @@ def _locate(chk: _Checker, run: RunSpec, names: list[str]) -> str | None:
     return None
 
 
-def _env_problem(env: str) -> str | None:
-    """Why `env` is not a known environment id, or None (also when GEM is not installed)."""
-    # env packages: only once a study is checked; gem_registry() imports GEM (~1 s), for GEM ids only
-    from oat_dppo.envs._gem import gem_registry
-    from oat_dppo.envs.presets import FIRST_CLASS_ENV_IDS, LOCAL_MATH_ID, PROCEDURAL_MATH_ID, family_of
+def _check_runs(chk: _Checker, runs: list[RunSpec], *, cross_checks: bool = True) -> None:
+    """Per-run checks. `cross_checks=False` (the file already has errors): only the checks that do
+    not depend on other options (trust region and env names), so that a value dropped for being bad
+    does not show up as another, made-up problem."""
+    from oat_dppo.precheck import env_problem, model_problem, trust_region_problem  # torch (trust regions)
 
-    if env in FIRST_CLASS_ENV_IDS or env in (LOCAL_MATH_ID, PROCEDURAL_MATH_ID) or family_of(env) == "import":
-        return None
-    try:
-        ids = set(gem_registry())
-    except Exception:  # no GEM here: the run itself will say
-        return None
-    if env in ids:
-        return None
-    close = difflib.get_close_matches(env, sorted(ids), n=3, cutoff=0.6)
-    hint = f" did you mean {', '.join(close)}?" if close else ""
-    return (f"unknown environment {env!r};{hint} valid: any GEM id (python -m oat_dppo.envs --list), math, "
-            "math:procedural, or package.module:EnvClass")
-
-
-def _check_runs(chk: _Checker, runs: list[RunSpec]) -> None:
-    from oat_dppo.trust_region import available, make_trust_region  # torch: only when runs are checked
-
-    names = available()
-    env_checked: dict[str, str | None] = {}
+    checked: dict[tuple[str, str], str | None] = {}
     found: dict[tuple[str | None, str], list[str]] = {}  # (where, problem) -> runs with it
 
     def problem(where: str | None, message: str, run: RunSpec) -> None:
         found.setdefault((where, message), []).append(run.name)
 
+    def once(kind: str, value: str, check) -> str | None:
+        if (kind, value) not in checked:
+            checked[kind, value] = check()
+        return checked[kind, value]
+
     for run in runs:
         cfg = run.config
-        try:
-            validate(cfg)
-        except ConfigError as e:
-            problem(_locate(chk, run, _flags_in(str(e))), str(e), run)
-        tr = cfg.trust_region
-        if ":" not in tr and tr not in names:
-            problem(_locate(chk, run, ["trust_region"]),
-                    f"unknown trust region {tr!r}{_suggest(tr, names)}; valid: {', '.join(names)} "
-                    "(or an import path package.module:factory)", run)
-        else:
-            params = trust_region_params(cfg)
+        if cross_checks:
             try:
-                make_trust_region(tr, **params)
-            except Exception as e:  # a parameter the strategy does not take, or a bad value
-                field_of = {"C": "clip_c"}
-                where = _locate(chk, run, [field_of.get(p, p) for p in params] + ["trust_region"])
-                problem(where, f"trust region {tr}: {e}", run)
-        if cfg.env not in env_checked:
-            env_checked[cfg.env] = _env_problem(cfg.env)
-        if env_checked[cfg.env]:
-            problem(_locate(chk, run, ["env"]), env_checked[cfg.env], run)
+                validate(cfg)
+            except ConfigError as e:
+                problem(_locate(chk, run, _flags_in(str(e))), str(e), run)
+        try:
+            params = trust_region_params(cfg)
+        except ConfigError as e:  # a parameter given twice
+            problem(_locate(chk, run, _flags_in(str(e)) + ["tr_param"]), str(e), run)
+            continue
+        tr_key = cfg.trust_region + repr(sorted(params.items()))
+        message = once("trust_region", tr_key, lambda: trust_region_problem(cfg))
+        if message:
+            field_of = {"C": "clip_c"}
+            keys = ["trust_region"] if message.startswith("unknown trust region") else (
+                [field_of.get(p, p) for p in params] + ["trust_region"])
+            problem(_locate(chk, run, keys), message, run)
+        message = once("env", cfg.env, lambda: env_problem(cfg.env))
+        if message:
+            problem(_locate(chk, run, ["env"]), message, run)
+        message = once("model", cfg.model, lambda: model_problem(cfg.model))
+        if message:
+            problem(_locate(chk, run, ["model"]), message, run)
     for (where, message), names_hit in found.items():
         more = f" (and {len(names_hit) - 1} more)" if len(names_hit) > 1 else ""
         chk.error(where, f"run {names_hit[0]}{more}: {message}")
@@ -487,8 +476,9 @@ def load_study(path: str | Path, *, parallel: int | None = None) -> Study:
         if ok:
             base[key] = converted
     axes = _check_grid(chk, get("grid"))
-    if chk.errors:
-        raise StudyError(chk.errors)
+    # Problems so far do not stop the checks: the runs are expanded without the bad values, and their
+    # names are checked too, so that a file's every problem is reported at once.
+    cross_checks = not chk.errors
 
     out = Path(study["out"] or Path("runs") / "studies" / study["name"])
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -513,14 +503,14 @@ def load_study(path: str | Path, *, parallel: int | None = None) -> Study:
         results_dir = Path(study["results"]) / name if study["results"] else None
         runs.append(RunSpec(name, out / name, cfg, options, grid, origins, results_dir))
     by_name: dict[str, RunSpec] = {}
-    for run in runs:
+    for run in runs if cross_checks else []:  # with axes dropped for bad values, names may repeat
         if run.name in by_name:
             other = by_name[run.name]
             chk.error(_locate(chk, run, list(run.grid)) or chk.at("grid"),
                       f"two grid points give the same run {run.name} ({_describe(other.grid)} and "
                       f"{_describe(run.grid)}): the grid repeats a combination")
         by_name.setdefault(run.name, run)
-    _check_runs(chk, runs)
+    _check_runs(chk, runs, cross_checks=cross_checks)
     if chk.errors:
         raise StudyError(chk.errors)
     return Study(study["name"], path, out, study["parallel"], study["threshold"], study["backend"], base, runs,

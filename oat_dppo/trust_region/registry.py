@@ -69,19 +69,24 @@ def factory_params(factory: TrustRegionFactory) -> dict[str, Any]:
     }
 
 
+def get_factory(name: str) -> TrustRegionFactory:
+    """The factory registered as `name`, or the one an import path 'package.module:factory' names;
+    an unknown name is a `ValueError` that suggests the closest registered one."""
+    if ":" in name:
+        return _load_by_path(name)
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(name, _REGISTRY, n=1, cutoff=0.4)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"unknown trust region {name!r}.{hint} Available: {', '.join(_REGISTRY)} "
+            "(or an import path 'package.module:factory')"
+        )
+    return _REGISTRY[name]
+
+
 def make_trust_region(name: str, **params: Any):
     """Build a strategy by registered name or by import path 'package.module:factory'."""
-    if ":" in name:
-        factory = _load_by_path(name)
-    else:
-        if name not in _REGISTRY:
-            close = difflib.get_close_matches(name, _REGISTRY, n=1, cutoff=0.4)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"unknown trust region {name!r}.{hint} Available: {', '.join(_REGISTRY)} "
-                "(or an import path 'package.module:factory')"
-            )
-        factory = _REGISTRY[name]
+    factory = get_factory(name)
     accepted = factory_params(factory)
     takes_kwargs = any(
         p.kind is p.VAR_KEYWORD for p in _safe_parameters(factory)
