@@ -32,10 +32,23 @@ def parse(config: type[T], argv: list[str] | None, *, prog: str, description: st
     return tyro.cli(config, args=argv, prog=prog, description=description, default=default)
 
 
+def python_command() -> str:
+    """This interpreter as a command to copy: `python` where that is what PATH finds (an activated
+    venv), else its path, relative to the working directory when inside it (`.venv/bin/python`)."""
+    import os  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    found = shutil.which("python")
+    if found and os.path.abspath(found) == os.path.abspath(sys.executable):
+        return "python"
+    relative = os.path.relpath(sys.executable)
+    return relative if not relative.startswith("..") else sys.executable
+
+
 def fail(message: str, *, err: IO | None = None) -> int:
     """Report bad input as one line and return the exit status for it."""
     print(f"error: {message}", file=err or sys.stderr)
     return EXIT_BAD_INPUT
 
 
-__all__ = ["EXIT_BAD_INPUT", "fail", "opt", "parse"]
+__all__ = ["EXIT_BAD_INPUT", "fail", "opt", "parse", "python_command"]

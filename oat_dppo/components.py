@@ -23,7 +23,7 @@ def build_trust_region(cfg: TrainConfig):
     `ConfigError` (one line)."""
     try:
         params = trust_region_params(cfg)
-        _check_numeric_tr_params(cfg)
+        check_tr_param_numbers(cfg)
         return make_trust_region(cfg.trust_region, **params)
     except ValueError as e:
         if isinstance(e, ConfigError):
@@ -31,7 +31,7 @@ def build_trust_region(cfg: TrainConfig):
         raise ConfigError(f"--trust-region {cfg.trust_region}: {e}") from e
 
 
-def _check_numeric_tr_params(cfg: TrainConfig) -> None:
+def check_tr_param_numbers(cfg: TrainConfig) -> None:
     """A --tr-param NAME=TEXT whose TEXT is no number where the strategy takes one is a `ConfigError`
     naming both (the strategy's own float() would name neither)."""
     texts = {name: value for name, value in assignments(cfg.tr_param, "--tr-param", example="delta=0.1").items()

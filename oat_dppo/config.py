@@ -370,6 +370,10 @@ def validate(cfg: TrainConfig) -> None:
                  "logits_chunk_tokens"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.lora_rank > 0 and cfg.trainable_layers > 0:
+        raise ConfigError(f"--lora-rank {cfg.lora_rank} with --trainable-layers {cfg.trainable_layers}: LoRA puts "
+                          "adapters on every layer and trains only them, and --trainable-layers chooses which layers "
+                          "full fine-tuning trains; give one of the two")
     if not 0.0 < cfg.vllm_gpu_memory_utilization < 1.0:
         raise ConfigError(f"--vllm-gpu-memory-utilization must be in (0, 1), got {cfg.vllm_gpu_memory_utilization}")
     if cfg.env == "math" and not cfg.math_data:

@@ -19,7 +19,7 @@ import tyro
 
 from oat_dppo.cli import fail, parse
 from oat_dppo.config import ConfigError, from_dict
-from oat_dppo.rundir import RunDir, RunDirError
+from oat_dppo.rundir import RunDir, RunDirError, give_new_file_mode
 
 PROG = "python -m oat_dppo.export"
 
@@ -28,9 +28,9 @@ PROG = "python -m oat_dppo.export"
 class ExportConfig:
     """python -m oat_dppo.export RUN_DIR OUT_DIR: save a run's trained policy as a Hugging Face model."""
 
-    run_dir: tyro.conf.Positional[str]
+    run_dir: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="RUN_DIR")]
     """The run directory (with config.json and a checkpoint)."""
-    out_dir: tyro.conf.Positional[str]
+    out_dir: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="OUT_DIR")]
     """Where the model directory goes (created; must be empty unless --overwrite)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """The saved weights' dtype (auto: the run's --dtype)."""
@@ -68,6 +68,7 @@ def export(run_dir: str | Path, out_dir: str | Path, *, dtype: str = "auto", ove
         model = model.to(getattr(torch, dtype))
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
+    give_new_file_mode(*out.glob("*.safetensors"))  # safetensors leaves 0600, not what open() gives
     tokenizer.save_pretrained(out)
     return out
 

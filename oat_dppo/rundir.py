@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
@@ -41,13 +42,48 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _umask() -> int:
+    # Read where the OS shows it (Linux): os.umask() reads it only by setting it, and a thread creating
+    # a file in between would get the value set meanwhile (here the most private one).
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode() -> int:
+    """The mode `open()` gives a new file under the current umask (0o644 under 0o022)."""
+    return 0o666 & ~_umask()
+
+
+def give_new_file_mode(*paths: str | os.PathLike) -> None:
+    """Give files the mode `open()` would have given them: writers that go through a private
+    temporary file (tempfile.mkstemp; safetensors' save_file since 0.8) leave them 0600."""
+    mode = new_file_mode()
+    for p in paths:
+        os.chmod(p, mode)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file renamed over it: a reader sees the old text or
+    the new, never part of it. The file gets the mode `open()` gives (an existing file keeps its own)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = new_file_mode()
+        os.chmod(tmp, mode)  # mkstemp's file is 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -78,3 +78,20 @@ def test_bench_help_opens_with_a_sentence_that_says_what_the_command_does(capsys
     description = capsys.readouterr().out.split("\n\n")[1]  # after the usage line
     assert description[0].isupper() and description.endswith(".") and "\n" not in description, description
     assert "benchmark" in description and "Markdown tables" in description
+
+
+def test_python_command_names_the_interpreter_to_copy(monkeypatch, tmp_path):
+    """Hints print the interpreter a user can paste: `python` only where PATH finds this one."""
+    import os
+    import shutil
+    import sys
+
+    from oat_dppo.cli import python_command
+
+    monkeypatch.setattr(shutil, "which", lambda name: sys.executable)  # an activated venv
+    assert python_command() == "python"
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/python")  # another python on PATH
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.dirname(sys.executable))))
+    assert python_command() == os.path.relpath(sys.executable)
+    monkeypatch.chdir(tmp_path)  # outside: the full path
+    assert python_command() == sys.executable

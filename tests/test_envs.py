@@ -546,6 +546,24 @@ def test_cli_help_imports_nothing_heavy():
     assert show.returncode == 0 and "'size': 2000" in show.stdout
 
 
+def test_cli_show_names_the_template_the_run_uses_and_for_which_model(capsys):
+    """Not the preset's hint (qwen3, the paper's model): the template --template auto resolves to for
+    the main command's --model (default smollm2: chatml), or for the --model given."""
+    from oat_dppo.config import TrainConfig
+    from oat_dppo.envs.__main__ import main as envs_main
+
+    def template_line(*args: str) -> str:
+        assert envs_main(["--show", "game:GuessTheNumber-v0-easy", *args]) == 0
+        return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("template "))
+
+    assert TrainConfig().model == "smollm2"
+    line = template_line()
+    assert "'chatml'" in line and "--model smollm2" in line and "qwen3" not in line, line
+    line = template_line("--model", "Qwen/Qwen3-1.7B")
+    assert "'qwen3'" in line and "--model Qwen/Qwen3-1.7B" in line, line
+    assert "'llama3'" in template_line("--model", "tiny-llama")
+
+
 # ---------------------------------------------------------------- templates
 OBS = "Observation: board\nPlease reason step by step, and put your final answer within \\boxed{}."
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -11,7 +14,7 @@ from oat_dppo.backends.local.trainer import build_policy
 from oat_dppo.config import from_dict
 from oat_dppo.export import main as export_main
 from oat_dppo.main import main
-from oat_dppo.rundir import RunDir
+from oat_dppo.rundir import RunDir, atomic_write_text
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -55,3 +58,32 @@ def test_export_help_names_its_two_directories(capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0].endswith(" RUN_DIR OUT_DIR"), out.splitlines()[0]
     assert "STR" not in out
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def _mode(path) -> str:
+    return oct(stat.S_IMODE(path.stat().st_mode))
+
+
+def test_run_and_export_files_get_the_mode_open_gives_under_the_umask(tmp_path, umask_022):
+    """config.json (written through tempfile.mkstemp) and the safetensors of a checkpoint and of an export
+    (safetensors' save_file writes a private temporary file) are 0644 under umask 022, like the files
+    open() creates; a rewrite keeps the mode a user gave the file."""
+    run_dir, out = tmp_path / "run", tmp_path / "model"
+    assert main(["--env", "rg:arc_1d", "--model", "tiny-qwen3", "--engine", "hf", "--iterations", "1",
+                 "--episodes-per-iteration", "2", "--max-new-tokens", "8", "--eval-every", "0", "--threads", "1",
+                 "--no-progress", "--log", "none", "--run-dir", str(run_dir)]) == 0
+    assert export_main([str(run_dir), str(out)]) == 0
+    files = [run_dir / "config.json", *(run_dir / "checkpoint").iterdir(), *out.iterdir()]
+    assert {"trainable.safetensors", "state.safetensors", "model.safetensors"} <= {p.name for p in files}
+    modes = {str(p.relative_to(tmp_path)): _mode(p) for p in files}
+    assert set(modes.values()) == {"0o644"}, modes
+    (run_dir / "config.json").chmod(0o640)
+    atomic_write_text(run_dir / "config.json", "{}")
+    assert _mode(run_dir / "config.json") == "0o640"

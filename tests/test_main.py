@@ -4,6 +4,7 @@ interruption, learning, and bad input."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -179,7 +180,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     "args, needles",
     [
         (["--env", "game:Sudok-v0-easy"], ["game:Sudoku-v0-easy", "python -m oat_dppo.envs --list"]),
-        (["--trust-region", "dppo_binary_tvv"], ["Did you mean 'dppo_binary_tv'"]),
+        (["--trust-region", "dppo_binary_tvv"], ["did you mean 'dppo_binary_tv'"]),
         (["--temperature", "0.7"], ["temperature 1"]),
         (["--trust-region", "ppo_clip", "--delta", "0.2"], ["does not take 'delta'"]),
         (["--delta", "-1"], ["delta must be >= 0"]),
@@ -192,6 +193,8 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--tr-param", "delta=0.1", "--delta", "0.2"], ["delta is already set"]),
         (["--tr-param", "beta=1"], ["does not take 'beta'"]),
         (["--tr-param", "delta=abc"], ["--tr-param delta=abc: 'abc' is not a number"]),
+        (["--lora-rank", "4", "--trainable-layers", "2"], ["--lora-rank 4 with --trainable-layers 2", "give one"]),
+        (["--model", "smolm2", "--env", "rg:arc_1dd"], ["did you mean 'smollm2'", "rg:arc_1d"]),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(tmp_path, args, needles):
@@ -201,6 +204,16 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(tmp_path, arg
     for n in needles:
         assert n in p.stderr, (n, p.stderr[-1500:])
     assert not (tmp_path / "r").exists()  # validated before anything was created
+
+
+def test_one_optimizer_step_per_rollout_is_said(tmp_path, capsys):
+    """A mini-batch that holds the whole rollout gives one optimizer step: pi = pi_old throughout, so
+    the trust region can act on the mismatch only. Said once, not silently accepted."""
+    code, _ = run_main(tmp_path, "--env", "rg:arc_1d", "--iterations", "2", "--episodes-per-iteration", "2",
+                       "--mini-batch-size", "64", "--micro-batch-size", "2", "--eval-every", "0")
+    assert code == 0
+    err = capsys.readouterr().err
+    assert err.count("note: this rollout has 2 turns and --mini-batch-size is 64: one optimizer step") == 1, err
 
 
 def test_unwritable_run_dir(tmp_path):
@@ -282,7 +295,7 @@ def test_sigint_saves_and_the_run_resumes(tmp_path, capsys):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
-    assert "resume with: python -m oat_dppo.main --resume" in err
+    assert f"resume with: {os.path.relpath(sys.executable, REPO)} -m oat_dppo.main --resume" in err  # the venv's
     done = len(metrics(run_dir))
     assert done >= 1 and (run_dir / "checkpoint" / "state.json").exists()
     assert main(["--resume", str(run_dir), "--iterations", str(done + 1)]) == 0

@@ -724,7 +724,8 @@ def test_ctrl_c_checkpoints_then_resume_then_skip(tmp_path):
             proc.wait()
     assert proc.returncode == 130, out
     assert f"stopped: {run.name}" in out and "(checkpoint saved)" in out
-    assert f"continue with (finished runs are skipped, interrupted ones resumed):\n  python -m oat_dppo.study {path}" in out
+    assert (f"continue with (finished runs are skipped, interrupted ones resumed):\n  {os.path.relpath(sys.executable, REPO)} "
+            f"-m oat_dppo.study {path}") in out
     assert (run.run_dir / "checkpoint" / "state.json").exists()
     done = len(metric_iterations(run.run_dir))
     assert 1 <= done < 500

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import tyro
 
 from oat_dppo.cli import opt, parse
+from oat_dppo.config import TrainConfig
 from oat_dppo.envs.presets import FIRST_CLASS_ENV_IDS, HUB_FAMILIES, family_of, get_preset, known_env_ids
 
 _FAMILY_ORDER = ("game", "rg", "math", "eval", "code", "qa", "logic")
@@ -32,11 +33,28 @@ def _print_ids() -> None:
     print("\nYour own gymnasium-style text env: --env package.module:ClassOrFactory")
 
 
-def _print_preset(env_id: str) -> None:
+def _print_preset(env_id: str, model: str) -> None:
     preset = get_preset(env_id)
     for f in fields(preset):
         value = getattr(preset, f.name)
+        if f.name == "template":  # the preset's is a hint (the paper's Qwen3); a run's follows its model
+            print(_template_line(model))
+            continue
         print(f"{f.name:18} {dict(value) if f.name == 'env_kwargs' else value!r}")
+
+
+def _template_line(model: str) -> str:
+    """The prompt template a run with `--model model` uses (--template auto), resolved as the trainer
+    resolves it: from the model's name, or a local model's chat template file; no weights are loaded."""
+    from oat_dppo.components import resolve_template  # noqa: PLC0415 (torch, transformers: only for --show)
+
+    template = resolve_template(TrainConfig(model=model), model)
+    return (f"{'template':18} {template!r}  (the run's prompt template with --model {model}: its family's; "
+            "another --model can get another, --template sets one)")
+
+
+# The main command's --model default: --show answers for the model a run gets without --model.
+DEFAULT_MODEL = next(f.default for f in fields(TrainConfig) if f.name == "model")
 
 
 PROG = "python -m oat_dppo.envs"
@@ -48,6 +66,9 @@ class EnvsArgs:
     list: bool = opt(False, "print every known environment id, by family")
     show: Annotated[Optional[str], tyro.conf.arg(metavar="ENV_ID")] = opt(
         None, "print the preset (defaults) of this environment id")
+    model: Annotated[str, tyro.conf.arg(metavar="MODEL")] = opt(
+        DEFAULT_MODEL, "with --show: the model (as `python -m oat_dppo.main --model`) whose prompt template to "
+                       "show: the template follows the model's family")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         _print_ids()
     if args.show:
-        _print_preset(args.show)
+        _print_preset(args.show, args.model)
     if not (args.list or args.show):
         parse(EnvsArgs, ["--help"], prog=PROG, description=DESCRIPTION)
     return 0

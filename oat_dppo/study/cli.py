@@ -14,7 +14,7 @@ from typing import IO, Annotated, Optional
 
 import tyro
 
-from oat_dppo.cli import EXIT_BAD_INPUT, opt, parse
+from oat_dppo.cli import EXIT_BAD_INPUT, opt, parse, python_command
 from oat_dppo.study.spec import StudyError, load_study
 
 LOCK_NAME = ".study.lock"
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None
         return 0
 
     todo = [r for r in runs if states[r.name].status != "done"]
-    hint = "python -m oat_dppo.study " + shlex.join(argv)
+    hint = f"{python_command()} -m oat_dppo.study " + shlex.join(argv)
     code = 0
     if todo:
         with _exclusive(study.out) as locked:

@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 
 from oat_dppo.rundir import CHECKPOINT_LEGACY as LEGACY
 from oat_dppo.rundir import CHECKPOINT_STATE as STATE
+from oat_dppo.rundir import give_new_file_mode
 
 FORMAT = 2  # 1: the pickled state.pt of oat_dppo 0.1
 TRAINABLE, TENSORS = "trainable.safetensors", "state.safetensors"

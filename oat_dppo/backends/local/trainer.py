@@ -29,6 +29,7 @@ from oat_dppo.components import (
     provenance,
     resolve_template,
 )
+from oat_dppo.cli import python_command
 from oat_dppo.config import ConfigError, TrainConfig, to_dict
 from oat_dppo.engine import vllm as vllm_engine
 from oat_dppo.engine.base import pad_token_id, stop_token_ids
@@ -199,6 +200,7 @@ class LocalTrainer:
         self.writer = None
         self._phase = "setup"
         self._stop_requested = False
+        self._noted_one_step = False
 
     @property
     def finished(self) -> bool:
@@ -350,14 +352,14 @@ class LocalTrainer:
                       "was removed", file=self.out)
             else:
                 print(f"\ninterrupted: {last_saved + 1} of {cfg.iterations} iterations saved in {self.run_dir.path}\n"
-                      f"resume with: python -m oat_dppo.main --resume {self.run_dir.path}", file=self.out)
+                      f"resume with: {python_command()} -m oat_dppo.main --resume {self.run_dir.path}", file=self.out)
             return 130
         if bar is not None:
             bar.close()
         if not cfg.keep_checkpoint:
             shutil.rmtree(self.run_dir.checkpoint_path, ignore_errors=True)
         print(f"done: {cfg.iterations} iterations in {self.run_dir.path} "
-              f"(plots: python -m oat_dppo.plot {self.run_dir.path})", file=self.out)
+              f"(plots: {python_command()} -m oat_dppo.plot {self.run_dir.path})", file=self.out)
         return 0
 
     def train_iteration(self, iteration: int) -> dict:
@@ -378,6 +380,12 @@ class LocalTrainer:
         train = self.learner.update(turns, random.Random(derive_seed(cfg.seed, "shuffle", iteration)))
         sync_s = self.sync_engine()  # before the next rollout or evaluation samples from the engine
         self._phase = "log"
+        if len(turns) <= cfg.mini_batch_size and cfg.num_ppo_epochs == 1 and turns and not self._noted_one_step:
+            self._noted_one_step = True  # once a run: a rollout of a few more turns would change nothing
+            print(f"note: this rollout has {len(turns)} turns and --mini-batch-size is {cfg.mini_batch_size}: one "
+                  "optimizer step per iteration, so pi is pi_old at every step and the trust region can only act on "
+                  "the training-inference mismatch (lower --mini-batch-size for several steps per rollout)",
+                  file=self.out)
         row = {"iteration": iteration}
         row.update({f"rollout/{k}": v for k, v in episode_metrics(episodes).items()})
         row["rollout/env_errors"] = stats.env_errors
