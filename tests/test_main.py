@@ -216,6 +216,18 @@ def test_one_optimizer_step_per_rollout_is_said(tmp_path, capsys):
     assert err.count("note: this rollout has 2 turns and --mini-batch-size is 64: one optimizer step") == 1, err
 
 
+def test_math_data_directory_without_a_dataset_is_one_clear_line(tmp_path):
+    """--math-data naming a directory that holds no saved dataset: exit 2 and one `error:` line
+    (not datasets' FileNotFoundError traceback, exit 1)."""
+    (tmp_path / "data").mkdir()
+    p = cli(*TINY, "--run-dir", str(tmp_path / "r"), "--env", "math", "--math-data", str(tmp_path / "data"))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0] == p.stderr.strip().splitlines()[-1], p.stderr
+    assert f"{tmp_path / 'data'} is a directory but not a saved dataset" in errors[0]
+    assert not (tmp_path / "r").exists()
+
+
 def test_unwritable_run_dir(tmp_path):
     # A path below a regular file cannot be created, even by root.
     (tmp_path / "file").write_text("x")

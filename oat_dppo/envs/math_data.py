@@ -35,7 +35,13 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
     if path.is_dir():
         import datasets  # HF datasets (pyarrow, fsspec): only for a saved-dataset directory
 
-        loaded = datasets.load_from_disk(str(path))
+        try:
+            loaded = datasets.load_from_disk(str(path))
+        except FileNotFoundError:  # a directory without a saved dataset's files
+            raise DatasetUnavailableError(
+                f"{path} is a directory but not a saved dataset (datasets' save_to_disk); --math-data takes a "
+                ".jsonl, .json, .parquet or .csv file, or such a directory"
+            ) from None
         if isinstance(loaded, datasets.DatasetDict):
             split = "train" if "train" in loaded else (next(iter(loaded)) if len(loaded) == 1 else None)
             if split is None:
@@ -101,7 +107,12 @@ def load_math_file(
     path = Path(path).expanduser()
     if not path.exists():
         raise DatasetUnavailableError(f"math data file not found: {path}")
-    records = _read_records(path)
+    try:
+        records = _read_records(path)
+    except DatasetUnavailableError:
+        raise
+    except (OSError, ValueError) as e:  # unreadable, not text, a broken parquet file: one line, not a traceback
+        raise DatasetUnavailableError(f"{path}: cannot read math data ({type(e).__name__}: {e})") from e
     if not records:
         raise DatasetUnavailableError(f"{path}: no records")
     first = records[0]

@@ -60,6 +60,7 @@ def save(target: Path, *, iteration: int, model, optimizer: torch.optim.Optimize
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"rng/cuda/{i}"] = s
     save_file(tensors, str(tmp / TENSORS))
+    give_new_file_mode(tmp / TRAINABLE, tmp / TENSORS)  # save_file leaves 0600, not what open() gives
     py_version, py_state, py_gauss = random.getstate()
     np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
     state = {
