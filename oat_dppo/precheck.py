@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from oat_dppo.config import ConfigError, TrainConfig, trust_region_params
+from oat_dppo.config import ConfigError, TrainConfig
 from oat_dppo.model_names import KNOWN_MODELS
 
 
@@ -54,7 +54,7 @@ def env_problem(env: str) -> str | None:
 
 def trust_region_problem(cfg: TrainConfig) -> str | None:
     """An unknown trust region name, or parameters its strategy refuses (the strategy is built)."""
-    from oat_dppo.trust_region import available, make_trust_region  # noqa: PLC0415 (torch)
+    from oat_dppo.trust_region import available  # noqa: PLC0415 (torch)
 
     names = available()
     tr = cfg.trust_region
@@ -63,11 +63,10 @@ def trust_region_problem(cfg: TrainConfig) -> str | None:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return (f"unknown trust region {tr!r}{hint}; valid: {', '.join(names)} "
                 "(or an import path package.module:factory)")
-    from oat_dppo.components import check_tr_param_numbers  # noqa: PLC0415 (torch)
+    from oat_dppo.components import build_trust_region  # noqa: PLC0415 (torch)
 
     try:
-        check_tr_param_numbers(cfg)  # --tr-param delta=abc: named, where float() would not name it
-        make_trust_region(tr, **trust_region_params(cfg))
+        build_trust_region(cfg)  # as the run builds it: its parameters checked, --tr-param text named
     except ConfigError as e:
         return str(e)
     except Exception as e:  # a parameter the strategy does not take, or a bad value
