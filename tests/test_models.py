@@ -207,9 +207,11 @@ def test_smollm2_hub_id_maps_to_wheel_offline(monkeypatch, tmp_path, tiny_qwen):
     assert len(seen) == 2
 
 
-def _fake_convert(calls, delay=0.0):
+def _fake_convert(calls, delay=0.0, barrier=None):
     def convert(gguf, out):
         calls.append(str(out))
+        if barrier is not None:  # every thread is converting at once, however slow the machine
+            barrier.wait(timeout=60)
         time.sleep(delay)
         (out / "model.safetensors").write_bytes(b"x")
         (out / smollm2._MARKER).write_text(f'{{"format": {smollm2._SMOLLM2_FORMAT}}}')
@@ -238,7 +240,10 @@ def test_smollm2_cache_dir_from_env(monkeypatch, tmp_path):
 @pytest.mark.parametrize("use_lock", [True, False])
 def test_concurrent_first_loads_do_not_corrupt_the_cache(monkeypatch, tmp_path, use_lock):
     calls, results, errors = [], [], []
-    monkeypatch.setattr(smollm2, "_convert_smollm2", _fake_convert(calls, delay=0.3))
+    # Without the lock the three loads race; the barrier makes them overlap even on a loaded machine
+    # (a thread started after another finished would find the cache complete and not convert).
+    barrier = None if use_lock else threading.Barrier(3)
+    monkeypatch.setattr(smollm2, "_convert_smollm2", _fake_convert(calls, delay=0.3, barrier=barrier))
     if not use_lock:  # platforms without fcntl: only the atomic rename protects the cache
         import contextlib
 
