@@ -519,8 +519,10 @@ def test_known_ids_and_presets():
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
+    # --show resolves the run's template (imports torch and transformers: ~7 s idle, far more when the
+    # machine is shared)
     return subprocess.run([sys.executable, "-m", "oat_dppo.envs", *args], capture_output=True,
-                          text=True, timeout=60, cwd=REPO, env=child_env())
+                          text=True, timeout=300, cwd=REPO, env=child_env())
 
 
 def test_cli_list():
