@@ -339,20 +339,7 @@ class LocalTrainer:
                 signal.signal(s, h)
             self.close()
         if interrupted:
-            if self.run_dir is None and not self.resume:  # stopped while the directory was being made
-                if self.run_dir_path.is_dir():
-                    RunDir(self.run_dir_path, create=False).discard()
-                print("\ninterrupted before the run started: nothing was saved", file=self.out)
-            elif self.run_dir is None:
-                print("\ninterrupted before the resumed run started: its directory is as it was", file=self.out)
-            elif not self.resume and not checkpoint_exists(self.run_dir.checkpoint_path):
-                # Nothing to resume from: leave no half-made run behind (a resume would refuse it).
-                self.run_dir.discard()
-                print(f"\ninterrupted before the first checkpoint: nothing was saved, and {self.run_dir.path} "
-                      "was removed", file=self.out)
-            else:
-                print(f"\ninterrupted: {last_saved + 1} of {cfg.iterations} iterations saved in {self.run_dir.path}\n"
-                      f"resume with: {python_command()} -m oat_dppo.main --resume {self.run_dir.path}", file=self.out)
+            self._after_interruption(saved=last_saved + 1)
             return 130
         if bar is not None:
             bar.close()
@@ -361,6 +348,23 @@ class LocalTrainer:
         print(f"done: {cfg.iterations} iterations in {self.run_dir.path} "
               f"(plots: {python_command()} -m oat_dppo.plot {self.run_dir.path})", file=self.out)
         return 0
+
+    def _after_interruption(self, saved: int) -> None:
+        """Say what an interrupted run left. A new run with no checkpoint yet is removed: a resume
+        could not continue it."""
+        if self.run_dir is None and not self.resume:  # stopped while the directory was being made
+            if self.run_dir_path.is_dir():
+                RunDir(self.run_dir_path, create=False).discard()
+            print("\ninterrupted before the run started: nothing was saved", file=self.out)
+        elif self.run_dir is None:
+            print("\ninterrupted before the resumed run started: its directory is as it was", file=self.out)
+        elif not self.resume and not checkpoint_exists(self.run_dir.checkpoint_path):
+            self.run_dir.discard()
+            print(f"\ninterrupted before the first checkpoint: nothing was saved, and {self.run_dir.path} "
+                  "was removed", file=self.out)
+        else:
+            print(f"\ninterrupted: {saved} of {self.cfg.iterations} iterations saved in {self.run_dir.path}\n"
+                  f"resume with: {python_command()} -m oat_dppo.main --resume {self.run_dir.path}", file=self.out)
 
     def train_iteration(self, iteration: int) -> dict:
         cfg = self.cfg
