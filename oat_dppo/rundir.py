@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -136,8 +137,6 @@ class RunDir:
     def discard(self) -> None:
         """Remove what a run writes here (config, metrics, episodes, events, checkpoints), then the
         directory itself if nothing else is left in it."""
-        import shutil  # noqa: PLC0415
-
         for path in (self.config_path, self.metrics_path, self.episodes_path):
             path.unlink(missing_ok=True)
         for path in (self.events_path, self.checkpoint_path, self.checkpoint_path.with_name("checkpoint.prev")):
