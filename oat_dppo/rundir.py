@@ -29,6 +29,21 @@ def checkpoint_exists(checkpoint_dir: Path) -> bool:
                for name in (CHECKPOINT_STATE, CHECKPOINT_LEGACY))
 
 
+def checkpoint_iteration(checkpoint_dir: Path) -> int | None:
+    """The last completed iteration of the checkpoint a resume would load (the directory, else the
+    `.prev` copy a crashed save left), read from its JSON state without torch; None when there is
+    none or it cannot be read that way (oat_dppo 0.1's pickled state.pt)."""
+    for path in (checkpoint_dir, checkpoint_dir.with_name(checkpoint_dir.name + ".prev")):
+        if (path / CHECKPOINT_STATE).is_file():
+            try:
+                return int(json.loads((path / CHECKPOINT_STATE).read_text())["iteration"])
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+        if (path / CHECKPOINT_LEGACY).is_file():
+            return None
+    return None
+
+
 class RunDirError(RuntimeError):
     """The run directory cannot be used (unwritable, missing, or its checkpoint is unreadable)."""
 

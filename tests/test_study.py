@@ -23,7 +23,7 @@ from helpers.child import child_env
 from oat_dppo.config import TrainConfig, to_dict
 from oat_dppo.study import StudyError, load_study
 from oat_dppo.study.cli import main
-from oat_dppo.study.runner import conflicts, has_checkpoint, log_path, main_command, run_state
+from oat_dppo.study.runner import LocalRunner, conflicts, has_checkpoint, log_path, main_command, run_state
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = child_env(TOKENIZERS_PARALLELISM="false")
@@ -369,6 +369,35 @@ def fake_run(run_dir: Path, iterations: int, *, checkpoint: bool, config: dict |
         (run_dir / "checkpoint" / "state.json").write_text("{}")
     if config is not None:
         (run_dir / "config.json").write_text(json.dumps(config))
+
+
+def test_a_resume_starts_after_its_checkpoint_not_after_the_last_logged_iteration(tmp_path):
+    """A run killed 2 iterations after its last checkpoint resumes from the checkpoint: the plan,
+    the start line and the progress lines count from there, and the stale lines are trimmed."""
+    path = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+        [base]
+        model = "tiny-qwen3"
+        env = "rg:arc_1d"
+        iterations = 6
+        """)
+    run = load_study(path).runs[0]
+    fake_run(run.run_dir, 5, checkpoint=True)  # iterations 0-4 logged ...
+    (run.run_dir / "checkpoint" / "state.json").write_text('{"iteration": 2}')  # ... 0-2 saved
+    state = run_state(run)
+    assert (state.status, state.iterations_done, state.resume_from, state.resume_at) == ("resume", 5, 3, 3)
+    code, out, _ = run_cli(str(path), "--dry-run")
+    assert code == 0 and f"{run.name}  [resume at 3/6]" in out
+
+    # The child is `true`: it exits at once, so what is checked is what the runner itself did.
+    out = io.StringIO()
+    runner = LocalRunner(load_study(path), [run], parallel=1, out=out, python="true")
+    runner.run()
+    text = out.getvalue()
+    assert f"resume after iteration 3/6 (iterations 4-5, logged after that checkpoint, run again): {run.name}" in text
+    assert [json.loads(line)["iteration"] for line in (run.run_dir / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+    assert "iteration 3/6" not in text.replace("resume after iteration 3/6", "")  # no stale progress line
 
 
 def test_run_states_skip_resume_restart(tmp_path):

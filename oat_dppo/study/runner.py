@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from oat_dppo.plot.data import read_metrics
-from oat_dppo.rundir import checkpoint_exists
+from oat_dppo.rundir import RunDir, checkpoint_exists, checkpoint_iteration
 from oat_dppo.study.committed import commit
 from oat_dppo.study.spec import RunSpec, Study, config_differences, option_args
 
@@ -47,6 +47,12 @@ class RunState:
     iterations_done: int  # distinct iterations in metrics.jsonl
     last_reward: float | None
     committed: bool = False  # done by its committed copy (another machine or clone ran it)
+    resume_from: int | None = None  # "resume": iterations its checkpoint holds (None: not readable here)
+
+    @property
+    def resume_at(self) -> int:
+        """Iterations a resume starts after: the checkpoint's, else what metrics.jsonl logged."""
+        return self.iterations_done if self.resume_from is None else self.resume_from
 
 
 def _quiet(_msg: str) -> None:
@@ -81,7 +87,8 @@ def run_state(run: RunSpec) -> RunState:
         if set(range(run.config.iterations)) <= set(committed_its):
             return RunState("done", len(committed_its), committed_reward, committed=True)
     if has_checkpoint(run.run_dir):
-        return RunState("resume", len(its), reward)
+        last = checkpoint_iteration(run.run_dir / "checkpoint")
+        return RunState("resume", len(its), reward, resume_from=None if last is None else last + 1)
     if its:
         return RunState("restart", len(its), reward)
     return RunState("new", 0, None)
@@ -179,6 +186,7 @@ class _Child:
     log: IO
     started: float
     seen: tuple[float, int] = (0.0, -1)  # metrics.jsonl (mtime, size) last read
+    reported: int = 0  # iterations done at the last progress line (a resume: its checkpoint's)
 
 
 class LocalRunner:
@@ -209,6 +217,10 @@ class LocalRunner:
         if state.status == "restart":
             shutil.rmtree(run.run_dir)
         resume = state.status == "resume"
+        if resume and state.resume_from is not None:
+            # The run trims what it logged after its checkpoint when it starts; trimming here too
+            # keeps those stale iterations out of the progress lines until then.
+            RunDir(run.run_dir, create=False).truncate_metrics(state.resume_from - 1)
         cmd = main_command(run, resume=resume, python=self.python)
         run.run_dir.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path(run), "a", encoding="utf-8")
@@ -217,12 +229,16 @@ class LocalRunner:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
+        first, last = state.resume_at + 1, state.iterations_done
+        redo = "" if not resume or last < first else (
+            f" (iteration{'' if first == last else 's'} {first}{'' if first == last else f'-{last}'}, "
+            f"logged after that checkpoint, run{'s' if first == last else ''} again)")
         how = {
-            "resume": f"resume after iteration {state.iterations_done}/{run.config.iterations}",
+            "resume": f"resume after iteration {state.resume_at}/{run.config.iterations}{redo}",
             "restart": "start over (no checkpoint to resume from)",
         }.get(state.status, "start")
         self.say(f"{self._prefix()} {how}: {run.name}")
-        return _Child(run, proc, log, time.monotonic())
+        return _Child(run, proc, log, time.monotonic(), reported=state.resume_at if resume else 0)
 
     def _report_progress(self, child: _Child) -> None:
         path = child.run.run_dir / "metrics.jsonl"
@@ -234,7 +250,8 @@ class LocalRunner:
             return
         child.seen = (st.st_mtime, st.st_size)
         its, reward = read_progress(child.run.run_dir)
-        if its:
+        if its and max(its) + 1 > child.reported:  # a new iteration (a resume's rewrite is not one)
+            child.reported = max(its) + 1
             self.say(f"{self._prefix()} {child.run.name}: iteration {max(its) + 1}/{child.run.config.iterations}"
                      f"  reward {_reward(reward)}")
 
@@ -357,7 +374,7 @@ def print_plan(runs: list[RunSpec], states: dict[str, RunState], *, backend: str
     for run in runs:
         st = states[run.name]
         resume = backend == "local" and st.status == "resume"
-        label = {"done": "done, committed (skip)" if st.committed else "done (skip)", "resume": f"resume at {st.iterations_done}/{run.config.iterations}",
+        label = {"done": "done, committed (skip)" if st.committed else "done (skip)", "resume": f"resume at {st.resume_at}/{run.config.iterations}",
                  "restart": "restart", "new": "new"}[st.status]
         print(f"{run.name}  [{label}]", file=out)
         print(f"    {shlex.join(main_command(run, resume=resume, backend=backend, python=python))}", file=out)
