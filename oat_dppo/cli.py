@@ -9,7 +9,9 @@ stderr, exit status 2. Importing this module is cheap (tyro only), so `--help` s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import sys
 from typing import IO, Any, TypeVar
 
@@ -29,13 +31,29 @@ def opt(default: Any, help: str) -> Any:
 def parse(config: type[T], argv: list[str] | None, *, prog: str, description: str | None = None,
           default: T | None = None) -> T:
     """`config` from `argv` (None: sys.argv[1:]); --help prints and exits 0, bad options exit 2."""
-    return tyro.cli(config, args=argv, prog=prog, description=description, default=default)
+    with stdout_may_close():
+        return tyro.cli(config, args=argv, prog=prog, description=description, default=default)
+
+
+@contextlib.contextmanager
+def stdout_may_close():
+    """Output into a pipe its reader closed (`--help | head`) ends quietly, with status 0: the reader
+    has what it wanted. Stdout then points at /dev/null, so the interpreter's final flush does not
+    print a second BrokenPipeError (the recipe of Python's `signal` documentation)."""
+    try:
+        try:
+            yield
+        finally:  # --help ends in SystemExit: its text is flushed here, not at interpreter exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(0) from None
 
 
 def python_command() -> str:
     """This interpreter as a command to copy: `python` where that is what PATH finds (an activated
     venv), else its path, relative to the working directory when inside it (`.venv/bin/python`)."""
-    import os  # noqa: PLC0415
     import shutil  # noqa: PLC0415
 
     found = shutil.which("python")
@@ -51,4 +69,4 @@ def fail(message: str, *, err: IO | None = None) -> int:
     return EXIT_BAD_INPUT
 
 
-__all__ = ["EXIT_BAD_INPUT", "fail", "opt", "parse", "python_command"]
+__all__ = ["EXIT_BAD_INPUT", "fail", "opt", "parse", "python_command", "stdout_may_close"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -41,6 +42,20 @@ def test_help_names_the_command_and_a_bad_option_exits_2(module, sub):
     assert ".py" not in p.stdout.splitlines()[0]  # no file path in the usage line
     bad = run(module, *sub, "--no-such-option")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+
+
+@pytest.mark.parametrize("module, sub", [("oat_dppo.main", []), ("oat_dppo.bench", [])], ids=["tyro", "bench list"])
+def test_help_into_a_closed_pipe_ends_quietly(module, sub):
+    """`--help | head -1`: the reader is gone before the text is written; no BrokenPipeError
+    traceback, status 0. A pipe whose read end is already closed makes the race certain."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        p = subprocess.run([sys.executable, "-m", module, *sub, "--help"], stdout=write_end, stderr=subprocess.PIPE,
+                           text=True, cwd=REPO, env=child_env(), timeout=120)
+    finally:
+        os.close(write_end)
+    assert p.returncode == 0 and p.stderr == "", p.stderr[-2000:]
 
 
 def _option_helps(config: type) -> dict[str, str]:

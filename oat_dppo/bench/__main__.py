@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from oat_dppo.cli import fail
+from oat_dppo.cli import fail, stdout_may_close
 
 # name -> (module, what it measures)
 BENCHMARKS = {
@@ -31,10 +31,11 @@ FOOTER = ("`python -m oat_dppo.bench BENCHMARK --help` lists a benchmark's optio
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE + "\n\n" + DESCRIPTION + "\n\nbenchmarks:")
-        for name, (_, what) in BENCHMARKS.items():
-            print(f"  {name:<14}{what}")
-        print("\n" + FOOTER)
+        with stdout_may_close():
+            print(USAGE + "\n\n" + DESCRIPTION + "\n\nbenchmarks:")
+            for name, (_, what) in BENCHMARKS.items():
+                print(f"  {name:<14}{what}")
+            print("\n" + FOOTER)
         return 0 if argv else 2
     if argv[0] not in BENCHMARKS:
         print(USAGE, file=sys.stderr)
