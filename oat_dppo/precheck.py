@@ -54,15 +54,14 @@ def env_problem(env: str) -> str | None:
 
 def trust_region_problem(cfg: TrainConfig) -> str | None:
     """An unknown trust region name, or parameters its strategy refuses (the strategy is built)."""
-    from oat_dppo.trust_region import available  # noqa: PLC0415 (torch)
+    from oat_dppo.trust_region.registry import available, get_factory  # noqa: PLC0415 (torch)
 
-    names = available()
     tr = cfg.trust_region
-    if ":" not in tr and tr not in names:
-        close = difflib.get_close_matches(tr, names, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return (f"unknown trust region {tr!r}{hint}; valid: {', '.join(names)} "
-                "(or an import path package.module:factory)")
+    if ":" not in tr and tr not in available():
+        try:
+            get_factory(tr)
+        except ValueError as e:  # the registry's message: the closest name and the valid ones
+            return str(e)
     from oat_dppo.components import build_trust_region  # noqa: PLC0415 (torch)
 
     try:

@@ -165,7 +165,7 @@ def test_derived_settings():
         (["--beta", "0.1"], "no reference model"),
         (["--reinforce-update"], "--trust-region pg_is"),
         (["--trust-region", "dppo_binary_tv", "--cliprange", "0.2"], "--cliprange sets the ratio clip"),
-        (["--trust-region", "dppo_binary_tvv"], "Did you mean 'dppo_binary_tv'"),
+        (["--trust-region", "dppo_binary_tvv"], "did you mean 'dppo_binary_tv'"),
         (["--trust-region", "ppo_clip", "--delta", "0.2"], "does not take 'delta'"),
         (["--trainable-layers", "2"], "--lora-rank"),
         (["--resume", "runs/x"], "--resume-dir"),

@@ -512,7 +512,7 @@ def test_unknown_name_lists_available_and_closest():
     with pytest.raises(ValueError) as e:
         make_trust_region("dppo_binary_tvv")
     msg = str(e.value)
-    assert "Did you mean 'dppo_binary_tv'" in msg
+    assert "unknown trust region 'dppo_binary_tvv' (did you mean 'dppo_binary_tv'?); valid: " in msg
     for name in ALL:
         assert name in msg
 

@@ -75,12 +75,10 @@ def get_factory(name: str) -> TrustRegionFactory:
     if ":" in name:
         return _load_by_path(name)
     if name not in _REGISTRY:
-        close = difflib.get_close_matches(name, _REGISTRY, n=1, cutoff=0.4)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(
-            f"unknown trust region {name!r}.{hint} Available: {', '.join(_REGISTRY)} "
-            "(or an import path 'package.module:factory')"
-        )
+        close = difflib.get_close_matches(name, _REGISTRY, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown trust region {name!r}{hint}; valid: {', '.join(_REGISTRY)} "
+                         "(or an import path package.module:factory)")
     return _REGISTRY[name]
 
 
