@@ -22,6 +22,7 @@ from helpers.child import child_env
 
 from oat_dppo.config import TrainConfig, to_dict
 from oat_dppo.study import StudyError, load_study
+from oat_dppo.study import runner as runner_module
 from oat_dppo.study.cli import main
 from oat_dppo.study.runner import LocalRunner, conflicts, has_checkpoint, log_path, main_command, run_state
 
@@ -398,6 +399,34 @@ def test_a_resume_starts_after_its_checkpoint_not_after_the_last_logged_iteratio
     assert f"resume after iteration 3/6 (iterations 4-5, logged after that checkpoint, run again): {run.name}" in text
     assert [json.loads(line)["iteration"] for line in (run.run_dir / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
     assert "iteration 3/6" not in text.replace("resume after iteration 3/6", "")  # no stale progress line
+
+
+def test_a_progress_line_says_how_long_the_run_has_left(tmp_path):
+    """Each new iteration: its number, reward, and the time left at the last 3 iterations' pace;
+    an unchanged or rewritten file says nothing again."""
+    path = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+        [base]
+        model = "tiny-qwen3"
+        env = "rg:arc_1d"
+        iterations = 6
+        """)
+    run = load_study(path).runs[0]
+    times = [100.0, 7.0, 9.0, 14.0]  # the first (with the model's load) falls out of the window
+    fake_run(run.run_dir, 4, checkpoint=False, rewards=[0.1, 0.2, 0.3, 0.25],
+             extra={i: {"time/iteration_s": t} for i, t in enumerate(times)})
+    progress = runner_module.read_progress(run.run_dir)
+    assert progress.iterations == [0, 1, 2, 3] and progress.reward == 0.25 and progress.iteration_s == 10.0
+    out = io.StringIO()
+    runner = LocalRunner(load_study(path), [run], parallel=1, out=out)
+    child = runner_module._Child(run, proc=None, log=None, started=0.0)
+    runner._report_progress(child)
+    runner._report_progress(child)
+    (run.run_dir / "metrics.jsonl").write_text((run.run_dir / "metrics.jsonl").read_text())  # same lines again
+    runner._report_progress(child)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(f"{run.name}: iteration 4/6  reward 0.250, ~0:00:20 left"), lines
 
 
 def test_run_states_skip_resume_restart(tmp_path):

@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from oat_dppo.plot.data import read_metrics
 from oat_dppo.rundir import RunDir, checkpoint_exists, checkpoint_iteration
@@ -59,19 +59,25 @@ def _quiet(_msg: str) -> None:
     pass
 
 
-def read_progress(run_dir: Path) -> tuple[list[int], float | None]:
-    """(iterations logged, the latest rollout/reward_mean) of a run directory."""
+class Progress(NamedTuple):
+    iterations: list[int]  # iterations logged
+    reward: float | None  # the latest rollout/reward_mean
+    iteration_s: float | None  # mean time/iteration_s of the last few iterations
+
+
+def read_progress(run_dir: Path, recent: int = 3) -> Progress:
+    """What a run directory's metrics.jsonl says of its progress."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
-        return [], None
+        return Progress([], None, None)
     table = read_metrics(path, warn=_quiet)
     its = [int(i) for i in table.iterations]
-    reward = None
-    if len(table):
-        col = table.column("rollout/reward_mean")
-        finite = [float(v) for v in col if v == v]
-        reward = finite[-1] if finite else None
-    return its, reward
+
+    def finite(key: str) -> list[float]:
+        return [float(v) for v in table.column(key) if v == v] if len(table) else []
+
+    rewards, times = finite("rollout/reward_mean"), finite("time/iteration_s")[-recent:]
+    return Progress(its, rewards[-1] if rewards else None, sum(times) / len(times) if times else None)
 
 
 def has_checkpoint(run_dir: Path) -> bool:
@@ -79,11 +85,11 @@ def has_checkpoint(run_dir: Path) -> bool:
 
 
 def run_state(run: RunSpec) -> RunState:
-    its, reward = read_progress(run.run_dir)
+    its, reward, _ = read_progress(run.run_dir)
     if set(range(run.config.iterations)) <= set(its):
         return RunState("done", len(its), reward)
     if run.results_dir is not None:
-        committed_its, committed_reward = read_progress(run.results_dir)
+        committed_its, committed_reward, _ = read_progress(run.results_dir)
         if set(range(run.config.iterations)) <= set(committed_its):
             return RunState("done", len(committed_its), committed_reward, committed=True)
     if has_checkpoint(run.run_dir):
@@ -249,17 +255,18 @@ class LocalRunner:
         if (st.st_mtime, st.st_size) == child.seen:
             return
         child.seen = (st.st_mtime, st.st_size)
-        its, reward = read_progress(child.run.run_dir)
+        its, reward, iteration_s = read_progress(child.run.run_dir)
         if its and max(its) + 1 > child.reported:  # a new iteration (a resume's rewrite is not one)
-            child.reported = max(its) + 1
-            self.say(f"{self._prefix()} {child.run.name}: iteration {max(its) + 1}/{child.run.config.iterations}"
-                     f"  reward {_reward(reward)}")
+            child.reported = done = max(its) + 1
+            total = child.run.config.iterations
+            left = f", ~{_clock(iteration_s * (total - done))} left" if iteration_s and done < total else ""
+            self.say(f"{self._prefix()} {child.run.name}: iteration {done}/{total}  reward {_reward(reward)}{left}")
 
     def _finish(self, child: _Child, code: int, stopping: bool) -> None:
         child.log.close()
         name = child.run.name
         took = _clock(time.monotonic() - child.started)
-        its, reward = read_progress(child.run.run_dir)
+        its, reward, _ = read_progress(child.run.run_dir)
         if code == 0:
             self.done.append(name)
             kept = f"; committed to {child.run.results_dir}" if commit(child.run) else ""
