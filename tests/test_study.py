@@ -375,15 +375,7 @@ def fake_run(run_dir: Path, iterations: int, *, checkpoint: bool, config: dict |
 def test_a_resume_starts_after_its_checkpoint_not_after_the_last_logged_iteration(tmp_path):
     """A run killed 2 iterations after its last checkpoint resumes from the checkpoint: the plan,
     the start line and the progress lines count from there, and the stale lines are trimmed."""
-    path = write(tmp_path, f"""
-        [study]
-        out = "{tmp_path / 'out'}"
-        [base]
-        model = "tiny-qwen3"
-        env = "rg:arc_1d"
-        iterations = 6
-        """)
-    run = load_study(path).runs[0]
+    path, run = one_run_study(tmp_path, iterations=6)
     fake_run(run.run_dir, 5, checkpoint=True)  # iterations 0-4 logged ...
     (run.run_dir / "checkpoint" / "state.json").write_text('{"iteration": 2}')  # ... 0-2 saved
     state = run_state(run)
@@ -401,18 +393,29 @@ def test_a_resume_starts_after_its_checkpoint_not_after_the_last_logged_iteratio
     assert "iteration 3/6" not in text.replace("resume after iteration 3/6", "")  # no stale progress line
 
 
-def test_a_progress_line_says_how_long_the_run_has_left(tmp_path):
-    """Each new iteration: its number, reward, and the time left at the last 3 iterations' pace;
-    an unchanged or rewritten file says nothing again."""
-    path = write(tmp_path, f"""
+def tiny_study(tmp_path: Path, *, iterations: int, grid: str = "") -> Path:
+    """A study file of tiny runs (one, or the `grid` lines' product)."""
+    grid = f"[grid]\n{grid}" if grid else ""
+    return write(tmp_path, f"""
         [study]
         out = "{tmp_path / 'out'}"
         [base]
         model = "tiny-qwen3"
         env = "rg:arc_1d"
-        iterations = 6
-        """)
-    run = load_study(path).runs[0]
+        iterations = {iterations}
+        """ + grid)
+
+
+def one_run_study(tmp_path: Path, *, iterations: int) -> tuple[Path, object]:
+    """A study file of one tiny run, and that run."""
+    path = tiny_study(tmp_path, iterations=iterations)
+    return path, load_study(path).runs[0]
+
+
+def test_a_progress_line_says_how_long_the_run_has_left(tmp_path):
+    """Each new iteration: its number, reward, and the time left at the last 3 iterations' pace;
+    an unchanged or rewritten file says nothing again."""
+    path, run = one_run_study(tmp_path, iterations=6)
     times = [100.0, 7.0, 9.0, 14.0]  # the first (with the model's load) falls out of the window
     fake_run(run.run_dir, 4, checkpoint=False, rewards=[0.1, 0.2, 0.3, 0.25],
              extra={i: {"time/iteration_s": t} for i, t in enumerate(times)})
@@ -430,16 +433,7 @@ def test_a_progress_line_says_how_long_the_run_has_left(tmp_path):
 
 
 def test_run_states_skip_resume_restart(tmp_path):
-    path = write(tmp_path, f"""
-        [study]
-        out = "{tmp_path / 'out'}"
-        [base]
-        model = "tiny-qwen3"
-        env = "rg:arc_1d"
-        iterations = 3
-        [grid]
-        seed = [0, 1, 2, 3]
-        """)
+    path = tiny_study(tmp_path, iterations=3, grid="seed = [0, 1, 2, 3]")
     study = load_study(path)
     r0, r1, r2, r3 = study.runs
     fake_run(r0.run_dir, 3, checkpoint=True)   # finished
