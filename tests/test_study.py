@@ -596,6 +596,8 @@ def test_report_numbers_from_synthetic_metrics(tmp_path):
             "2.0 (1/2) | 0.300 ± 0.120 | 0.800 ± 0.100 | 0.03 ± 0.01 | 0.700 |") in md
     assert "| chatml | `tiny-qwen3` | `rg:arc_1d` | dppo_binary_tv | 1/2 | 4 | 0.500 | 1.000 | 0.0 | 0.500 | 0.700 | - | - |" in md
     assert "No metrics yet (1): `tiny-qwen3__rg_arc_1d__dppo_binary_tv__s1`" in md
+    assert "Unfinished (1; in the table with the iterations they have, left out of the tests): " \
+           "`tiny-qwen3__rg_arc_1d__dppo_binary_tv__s0` (4/5)" in md
     assert not (out_dir / "mismatch.png").exists()  # no run logged train/mismatch_mean
     for png in ("reward.png", "drift.png", "kept.png"):
         assert (out_dir / png).stat().st_size > 5000, png

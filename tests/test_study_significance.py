@@ -82,3 +82,15 @@ def test_report_compares_rows_differing_in_one_thing():
     assert first.p == pytest.approx(2 / 20)  # 3 vs 3, fully separated: 2 of C(6, 3) = 20 splits
     assert "| engine=vllm | pg_is | dppo_binary_tv | final reward | 0.000 | 0.600 | -0.600 | 3 vs 3 | 0.100 |" in (
         significance.markdown_table(comps))
+
+
+def test_unfinished_runs_are_left_out_of_the_tests():
+    """A run still going has no final reward yet: its seed is not compared, and a row left with
+    fewer than 2 finished seeds is not tested at all."""
+    vllm = {"engine": "vllm"}
+    pg, tv = _group("pg_is", vllm, [0.1, 0.2, 0.9]), _group("dppo_binary_tv", vllm, [0.5, 0.6])
+    pg.results[2].finished = False
+    (comp,) = comparisons([pg, tv], {"final": "final reward"})
+    assert comp.a == [0.1, 0.2] and comp.b == [0.5, 0.6]
+    tv.results[1].finished = False
+    assert comparisons([pg, tv], {"final": "final reward"}) == []

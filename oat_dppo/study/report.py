@@ -75,6 +75,7 @@ class RunResult:
     collapsed: int  # iterations at the env's format-failure floor
     entropy_min: float
     engine_mismatch: float  # mean train/mismatch_mean: |pi - mu| before the update's first step
+    finished: bool = True  # every iteration the run asks for is logged (False: still running, or cut)
 
 
 def _finite(table: MetricTable, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -109,6 +110,7 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
         collapsed=int(np.sum(r <= format_failure_floor(run) + COLLAPSE_MARGIN)),
         entropy_min=float(np.min(ent)) if len(ent) else math.nan,
         engine_mismatch=_mean(_finite(table, PRE_UPDATE_MISMATCH)[1]),
+        finished=len(table) >= run.config.iterations,
     )
 
 
@@ -361,6 +363,11 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
             "",
             significance.markdown_table(comps),
         ]
+    unfinished = [r for g in groups for r in g.results if not r.finished]
+    if unfinished:
+        lines += [f"Unfinished ({len(unfinished)}; in the table with the iterations they have, left out of "
+                  "the tests): " + ", ".join(f"`{r.run.name}` ({r.iterations}/{r.run.config.iterations})"
+                                             for r in unfinished), ""]
     if missing:
         lines += [f"No metrics yet ({len(missing)}): " + ", ".join(f"`{m}`" for m in missing), ""]
     if figures:

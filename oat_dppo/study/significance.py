@@ -64,11 +64,12 @@ class Comparison:
 
 
 def comparisons(groups, metrics: dict[str, str]) -> list[Comparison]:
-    """Every pair of groups (each with >= 2 seeds that have the metric) of one model and env that
-    differ in the trust region alone, or in the other varied options alone. `metrics` maps a
-    RunResult attribute to the name shown."""
+    """Every pair of groups (each with >= 2 finished seeds that have the metric) of one model and env
+    that differ in the trust region alone, or in the other varied options alone. `metrics` maps a
+    RunResult attribute to the name shown. An unfinished run's numbers are not its final ones: left out."""
     out = []
-    for g, h in itertools.combinations([g for g in groups if len(g.results) >= 2], 2):
+    finished = {id(g): [r for r in g.results if r.finished] for g in groups}
+    for g, h in itertools.combinations([g for g in groups if len(finished[id(g)]) >= 2], 2):
         if (g.model, g.env) != (h.model, h.env):
             continue
         extras = ", ".join(f"{k}={v}" for k, v in g.extra.items())
@@ -81,8 +82,8 @@ def comparisons(groups, metrics: dict[str, str]) -> list[Comparison]:
         else:
             continue
         for attr, name in metrics.items():
-            a = [float(getattr(r, attr)) for r in g.results if math.isfinite(getattr(r, attr))]
-            b = [float(getattr(r, attr)) for r in h.results if math.isfinite(getattr(r, attr))]
+            a = [float(getattr(r, attr)) for r in finished[id(g)] if math.isfinite(getattr(r, attr))]
+            b = [float(getattr(r, attr)) for r in finished[id(h)] if math.isfinite(getattr(r, attr))]
             if len(a) >= 2 and len(b) >= 2:
                 out.append(Comparison(where, la, lb, name, a, b))
     return out
