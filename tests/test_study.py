@@ -648,20 +648,24 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     hf, vl = study.runs
     fake_run(hf.run_dir, 5, checkpoint=True, rewards=[0.2, -0.1, -0.095, 0.5, 0.7],
              extra={i: {"train/kept_frac": 0.9, "train/prob_diff_mean": 0.002, "train/entropy": 1.0 - i / 10,
-                        "train/mismatch_mean": 0.001 * i} for i in range(5)})
+                        "train/mismatch_mean": 0.001 * i, "train/ratio_max": 1.0 + i % 3} for i in range(5)})
     fake_run(vl.run_dir, 5, checkpoint=True, rewards=[0.1, 0.1, 0.3, 0.2, -0.1])
     code, _, err = run_cli(str(path), "--report")
     assert code == 0, err
     rows = list(csv.DictReader(open(tmp_path / "out" / "runs.csv")))
-    assert list(rows[0])[:15] == ["name", "model", "env", "engine", "trust_region", "seed", "iterations",
+    assert list(rows[0])[:17] == ["name", "model", "env", "engine", "trust_region", "seed", "iterations",
                                   "final_reward", "min_reward", "collapsed_iterations", "kept_frac_mean",
-                                  "prob_diff_mean", "entropy_min", "eval_reward", "mismatch_mean"]
+                                  "prob_diff_mean", "entropy_min", "eval_reward", "mismatch_mean",
+                                  "entropy_final", "ratio_max"]
     by = {r["engine"]: r for r in rows}
     assert by["hf"]["collapsed_iterations"] == "2" and by["vllm"]["collapsed_iterations"] == "1"
     assert float(by["hf"]["final_reward"]) == pytest.approx(0.6)  # last 2 iterations
     assert float(by["hf"]["min_reward"]) == pytest.approx(-0.1)
     assert float(by["hf"]["entropy_min"]) == pytest.approx(0.6) and by["vllm"]["entropy_min"] == ""
     assert float(by["hf"]["mismatch_mean"]) == pytest.approx(0.002) and by["vllm"]["mismatch_mean"] == ""
+    assert float(by["hf"]["entropy_final"]) == pytest.approx(0.65) and by["vllm"]["entropy_final"] == ""
+    assert float(by["hf"]["ratio_max"]) == 3.0 and by["vllm"]["ratio_max"] == ""
+    assert (tmp_path / "out" / "entropy.png").stat().st_size > 5000
     assert by["hf"]["iterations"] == "5" and by["hf"]["seed"] == "0"
 
 

@@ -11,9 +11,10 @@ Per run (from its metrics.jsonl, read with `oat_dppo.plot.read_metrics`), R = ro
     eval       the last logged eval/reward_mean (NaN when the run never evaluated)
 
 `runs.csv` has one row per run (`RUN_CSV_COLUMNS`): besides these, its lowest R, the iterations
-collapsed to the environment's format-failure floor, the entropy's minimum, and the mean of
-train/mismatch_mean (|pi - mu| before the update's first optimizer step: the mismatch alone, where
-train/prob_diff_mean also holds the policy's drift over the update's later steps).
+collapsed to the environment's format-failure floor, the entropy's minimum and its mean over the
+final window, the largest pi/mu trained on, and the mean of train/mismatch_mean (|pi - mu| before
+the update's first optimizer step: the mismatch alone, where train/prob_diff_mean also holds the
+policy's drift over the update's later steps).
 
 Runs are grouped by model family, model, env, trust region and any other option the grid varies;
 the seeds of a group give mean and population std (ddof 0, as the figures' bands).
@@ -43,14 +44,17 @@ MISMATCH = "train/prob_diff_mean"  # |pi - mu| over the update: the mismatch plu
 EVAL = "eval/reward_mean"
 ENTROPY = "train/entropy"
 PRE_UPDATE_MISMATCH = "train/mismatch_mean"
+RATIO_MAX = "train/ratio_max"
 # An iteration is "collapsed" when its mean reward is within this of the format-failure floor (all
 # or nearly all episodes failed to write a parseable action).
 COLLAPSE_MARGIN = 0.01
 SIGNIFICANCE_METRICS = {"final": "final reward", "lowest": "lowest reward", "collapsed": "iterations at the floor"}
-FIGURES = (("reward", REWARD, "reward (rollout/reward_mean)"),
-           ("kept", KEPT, "kept fraction (train/kept_frac)"),
-           ("mismatch", PRE_UPDATE_MISMATCH, "training–inference mismatch |π − μ| (train/mismatch_mean)"),
-           ("drift", MISMATCH, "|π − μ| over the update, mismatch + drift (train/prob_diff_mean)"))
+# (file stem, metric, what it shows, log y-axis: for values that fall by orders of magnitude)
+FIGURES = (("reward", REWARD, "reward (rollout/reward_mean)", False),
+           ("kept", KEPT, "kept fraction (train/kept_frac)", False),
+           ("mismatch", PRE_UPDATE_MISMATCH, "training–inference mismatch |π − μ| (train/mismatch_mean)", True),
+           ("drift", MISMATCH, "|π − μ| over the update, mismatch + drift (train/prob_diff_mean)", True),
+           ("entropy", ENTROPY, "entropy of π at the response tokens (train/entropy)", True))
 
 
 def _quiet(_msg: str) -> None:
@@ -75,6 +79,8 @@ class RunResult:
     collapsed: int  # iterations at the env's format-failure floor
     entropy_min: float
     engine_mismatch: float  # mean train/mismatch_mean: |pi - mu| before the update's first step
+    entropy_final: float = math.nan  # mean entropy over the final window (a policy turned deterministic: ~0)
+    ratio_max: float = math.nan  # the largest pi/mu of any token trained on, masked or not
     finished: bool = True  # every iteration the run asks for is logged (False: still running, or cut)
 
 
@@ -96,6 +102,7 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
         reach = float(its[hit[0]]) if len(hit) else math.nan
     _, ev = _finite(table, EVAL)
     _, ent = _finite(table, ENTROPY)
+    _, ratios = _finite(table, RATIO_MAX)
     return RunResult(
         run=run,
         iterations=len(table),
@@ -111,6 +118,8 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
         entropy_min=float(np.min(ent)) if len(ent) else math.nan,
         engine_mismatch=_mean(_finite(table, PRE_UPDATE_MISMATCH)[1]),
         finished=len(table) >= run.config.iterations,
+        entropy_final=_mean(ent[-final_window:]),
+        ratio_max=float(np.max(ratios)) if len(ratios) else math.nan,
     )
 
 
@@ -298,7 +307,7 @@ def csv_text(groups: Sequence[Group], study_name: str, threshold: float | None) 
 
 RUN_CSV_COLUMNS = ("name", "model", "env", "engine", "trust_region", "seed", "iterations", "final_reward",
                    "min_reward", "collapsed_iterations", "kept_frac_mean", "prob_diff_mean", "entropy_min",
-                   "eval_reward", "mismatch_mean")
+                   "eval_reward", "mismatch_mean", "entropy_final", "ratio_max")
 
 
 def format_failure_floor(run: RunSpec) -> float:
@@ -321,7 +330,8 @@ def runs_csv_text(groups: Sequence[Group]) -> str:
             cfg = res.run.config
             w.writerow([res.run.name, cfg.model, cfg.env, cfg.engine, cfg.trust_region, cfg.seed, res.iterations,
                         num(res.final), num(res.lowest), res.collapsed, num(res.kept), num(res.mismatch),
-                        num(res.entropy_min), num(res.eval), num(res.engine_mismatch),
+                        num(res.entropy_min), num(res.eval), num(res.engine_mismatch), num(res.entropy_final),
+                        num(res.ratio_max),
                         *[g.extra[k] for k in extra_keys]])
     return buf.getvalue()
 
@@ -381,8 +391,9 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
 
 
 def write_figures(study: Study, groups: Sequence[Group], loaded: dict[str, Run]) -> list[Path]:
-    """reward.png, kept.png, mismatch.png (train/mismatch_mean), drift.png (train/prob_diff_mean): a grid of panels (rows: models, columns: envs), one line
-    per trust region (and other varied options) with a ± std band over seeds."""
+    """One figure per `FIGURES` entry that some run logged (reward, kept, mismatch, drift, entropy):
+    a grid of panels (rows: models, columns: envs), one line per trust region (and other varied
+    options) with a ± std band over seeds."""
     # matplotlib (about 0.5 s): only when figures are drawn
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -399,7 +410,7 @@ def write_figures(study: Study, groups: Sequence[Group], loaded: dict[str, Run])
     colors = series_colors(len(labels))
     color_of = dict(zip(labels, colors))
     written = []
-    for stem, key, what in FIGURES:
+    for stem, key, what, log in FIGURES:
         if not any(loaded[r.run.name].metrics.has(key) for g in groups for r in g.results):
             continue
         nrows, ncols = len(models), len(envs)
@@ -418,6 +429,8 @@ def write_figures(study: Study, groups: Sequence[Group], loaded: dict[str, Run])
                 ax.set_title(panel.title, fontsize=9)
                 ax.set_ylabel(what if j == 0 else "", fontsize=9)
                 ax.set_xlabel("iteration", fontsize=9)
+                if log:  # a band reaching below 0 is clipped at the axis
+                    ax.set_yscale("log", nonpositive="clip")
         handles = [Line2D([], [], color=color_of[lb], lw=2, label=lb) for lb in labels]
         figure_legend(fig, handles)
         fig.suptitle(f"{study.name}: {what}\nmean ± std over seeds", fontsize=11)
