@@ -235,10 +235,11 @@ class LocalRunner:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
-        first, last = state.resume_at + 1, state.iterations_done
-        redo = "" if not resume or last < first else (
-            f" (iteration{'' if first == last else 's'} {first}{'' if first == last else f'-{last}'}, "
-            f"logged after that checkpoint, run{'s' if first == last else ''} again)")
+        redo = ""
+        if resume and state.iterations_done > state.resume_at:  # logged after the checkpoint: lost
+            first, last = state.resume_at + 1, state.iterations_done
+            redo = (f" (iteration {first}, logged after that checkpoint, runs again)" if first == last else
+                    f" (iterations {first}-{last}, logged after that checkpoint, run again)")
         how = {
             "resume": f"resume after iteration {state.resume_at}/{run.config.iterations}{redo}",
             "restart": "start over (no checkpoint to resume from)",
