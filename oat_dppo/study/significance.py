@@ -68,8 +68,8 @@ def comparisons(groups, metrics: dict[str, str]) -> list[Comparison]:
     that differ in the trust region alone, or in the other varied options alone. `metrics` maps a
     RunResult attribute to the name shown. An unfinished run's numbers are not its final ones: left out."""
     out = []
-    finished = {id(g): [r for r in g.results if r.finished] for g in groups}
-    for g, h in itertools.combinations([g for g in groups if len(finished[id(g)]) >= 2], 2):
+    rows = [(g, [r for r in g.results if r.finished]) for g in groups]
+    for (g, g_runs), (h, h_runs) in itertools.combinations([row for row in rows if len(row[1]) >= 2], 2):
         if (g.model, g.env) != (h.model, h.env):
             continue
         extras = ", ".join(f"{k}={v}" for k, v in g.extra.items())
@@ -82,8 +82,8 @@ def comparisons(groups, metrics: dict[str, str]) -> list[Comparison]:
         else:
             continue
         for attr, name in metrics.items():
-            a = [float(getattr(r, attr)) for r in finished[id(g)] if math.isfinite(getattr(r, attr))]
-            b = [float(getattr(r, attr)) for r in finished[id(h)] if math.isfinite(getattr(r, attr))]
+            a = [float(getattr(r, attr)) for r in g_runs if math.isfinite(getattr(r, attr))]
+            b = [float(getattr(r, attr)) for r in h_runs if math.isfinite(getattr(r, attr))]
             if len(a) >= 2 and len(b) >= 2:
                 out.append(Comparison(where, la, lb, name, a, b))
     return out
