@@ -595,6 +595,9 @@ def test_report_numbers_from_synthetic_metrics(tmp_path):
     assert ("| chatml | `tiny-qwen3` | `rg:arc_1d` | ppo_clip | 2 | 5 | 0.400 ± 0.200 | 0.650 ± 0.250 | "
             "2.0 (1/2) | 0.300 ± 0.120 | 0.800 ± 0.100 | 0.03 ± 0.01 | 0.700 |") in md
     assert "| chatml | `tiny-qwen3` | `rg:arc_1d` | dppo_binary_tv | 1/2 | 4 | 0.500 | 1.000 | 0.0 | 0.500 | 0.700 | - | - |" in md
+    # stability: ppo_clip s1 sits at arc_1d's floor (reward 0) in 2 iterations, s0 in none
+    assert "| `tiny-qwen3` | `rg:arc_1d` | ppo_clip | 2 | 0.050 ± 0.050 | 1/2 | 1.0 ± 1.0 | - | - | - |" in md
+    assert "| `tiny-qwen3` | `rg:arc_1d` | dppo_binary_tv | 1/2 | 0.200 | 0/1 | 0.0 | - | - | - |" in md
     assert "No metrics yet (1): `tiny-qwen3__rg_arc_1d__dppo_binary_tv__s1`" in md
     assert "Unfinished (1; in the table with the iterations they have, left out of the tests): " \
            "`tiny-qwen3__rg_arc_1d__dppo_binary_tv__s0` (4/5)" in md
@@ -667,6 +670,11 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     assert float(by["hf"]["ratio_max"]) == 3.0 and by["vllm"]["ratio_max"] == ""
     assert (tmp_path / "out" / "entropy.png").stat().st_size > 5000
     assert by["hf"]["iterations"] == "5" and by["hf"]["seed"] == "0"
+    md = (tmp_path / "out" / "summary.md").read_text()
+    # lowest reward, runs at the floor, iterations at the floor, mismatch, final entropy, largest pi/mu
+    row = "| `tiny-qwen3` | `game:GuessTheNumber-v0-easy` | dppo_binary_tv | {} | 1 | -0.100 | 1/1 | {} |"
+    assert row.format("hf", "2.0 | 0.002 | 0.65 | 3") in md
+    assert row.format("vllm", "1.0 | - | - | -") in md
 
 
 def test_report_without_metrics_is_an_error(tmp_path):

@@ -34,7 +34,7 @@ file format and report: docs/studies.md
 DESCRIPTION = (
     "Run a study: the grid of `python -m oat_dppo.main` runs a TOML file describes ([study], [base], [grid]), "
     "sequentially or N at a time, resumable (finished runs are skipped, interrupted ones resumed), then a report: "
-    "<out>/summary.md, summary.csv, runs.csv, reward.png, kept.png, mismatch.png, drift.png.\n\n" + EPILOG
+    "<out>/summary.md, summary.csv, runs.csv, reward.png, kept.png, mismatch.png, drift.png, entropy.png.\n\n" + EPILOG
 )
 
 

@@ -217,8 +217,12 @@ def _num(v: float, metric: str) -> str:
         return "-"
     if metric == "reach":
         return f"{v:.1f}"
-    if metric == "mismatch":
+    if metric in ("mismatch", "engine_mismatch", "entropy_final"):
         return f"{v:.3g}"
+    if metric == "ratio_max":
+        return f"{v:.4g}"
+    if metric == "collapsed":
+        return f"{v:.1f}"
     return f"{v:.3f}"
 
 
@@ -263,6 +267,24 @@ def markdown_table(groups: Sequence[Group], threshold: float | None) -> str:
     for g in groups:
         row = [g.family, f"`{g.model}`", f"`{g.env}`", g.trust_region, *g.extra.values(), _seeds(g), _iters(g)]
         row += [cell(g, m) for m in metrics]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def stability_table(groups: Sequence[Group]) -> str:
+    """Per row, what collapse and the mismatch look like over its seeds: the lowest reward, how many
+    runs (and iterations) sat at the format-failure floor, the engine's mismatch alone, the entropy
+    left at the end and the largest pi/mu any seed trained on."""
+    extra_keys = list(groups[0].extra) if groups else []
+    cols = ["model", "env", "trust region", *extra_keys, "seeds", "lowest reward", "runs at the floor", "iterations at the floor",
+            "mismatch \\|π − μ\\| (before the update)", "entropy (final)", "largest π/μ (any seed)"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for g in groups:
+        at_floor = sum(r.collapsed > 0 for r in g.results)
+        largest = max((r.ratio_max for r in g.results if math.isfinite(r.ratio_max)), default=math.nan)
+        row = [f"`{g.model}`", f"`{g.env}`", g.trust_region, *g.extra.values(), _seeds(g), cell(g, "lowest"),
+               f"{at_floor}/{len(g.results)}" if g.results else "-", cell(g, "collapsed"),
+               cell(g, "engine_mismatch"), cell(g, "entropy_final"), _num(largest, "ratio_max")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -363,6 +385,13 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
         "- **eval reward** (when runs evaluated): the last `eval/reward_mean`",
         "",
         markdown_table(groups, thr),
+        "Stability: the **lowest reward** of a run (mean ± std over seeds); the **runs** and the **iterations** "
+        "(per run) whose mean reward sits at the environment's format-failure floor (collapse); the engine's "
+        "**mismatch** alone (mean `train/mismatch_mean`: |π − μ| before an update's first optimizer step); the "
+        f"**entropy** over a run's last {study.final_window} iterations (near 0: the policy turned "
+        "deterministic); the **largest π/μ** of any token trained on (masked or clipped ones included).",
+        "",
+        stability_table(groups),
     ]
     comps = significance.comparisons(groups, SIGNIFICANCE_METRICS)
     if comps:
