@@ -3,11 +3,7 @@ trust region, the prompt template. (A fix here reaches the local trainer and the
 
 from __future__ import annotations
 
-import functools
 import inspect
-import subprocess
-from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import Any
 
 from oat_dppo.config import ConfigError, TrainConfig, assignments, env_options, trust_region_params
@@ -94,18 +90,3 @@ def effective_trust_region_options(cfg: TrainConfig, trust_region) -> dict[str, 
         if getattr(cfg, option) is None and hasattr(trust_region, attribute):
             out[option] = getattr(trust_region, attribute)
     return out
-
-
-@functools.lru_cache(maxsize=1)
-def provenance() -> dict[str, str | None]:
-    """`_oat_dppo_version` and `_git_commit` (None outside a git checkout) of the code that runs."""
-    try:
-        installed = version("oat-dppo")
-    except PackageNotFoundError:
-        installed = None
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                                cwd=Path(__file__).resolve().parent).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {"_oat_dppo_version": installed, "_git_commit": commit}

@@ -59,6 +59,7 @@ def test_trains_end_to_end_on_gem_envs(tmp_path, env, extra):
     assert config["delta"] == 0.2 and config["gamma"] == (0.9 if env.startswith("game") else 1.0)  # effective values
     assert config["max_new_tokens"] == 8 and config["template"] == "chatml" and config["engine"] == "hf"
     assert "_oat_dppo_version" in config and "_git_commit" in config
+    assert config["_machine"]["torch"].startswith("torch ") and config["_machine"]["cpu_cores"] >= 1
     episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     assert episodes and episodes[0]["turns"][0]["prompt"]
 

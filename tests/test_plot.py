@@ -234,6 +234,9 @@ def test_group_runs_by_trust_region_splits_on_other_config_differences(runs_root
         ("dppo_binary_tv", 3, "dppo_binary_tv (3 seeds)"),
         ("ppo_clip", 3, "ppo_clip (3 seeds)"),
     ]
+    for i, run in enumerate(runs):  # seeds run at other commits, on other machines: still one group each
+        run.config.update(_git_commit=f"c{i}", _machine={"cpu": f"cpu{i % 2}", "cpu_native_bf16": i % 2 == 0})
+    assert [len(s.runs) for s in group_runs(runs, by="trust_region", warn=pytest.fail)] == [3, 3]
     by_seed = group_runs(runs, by="seed", warn=lambda m: None)
     assert [s.label for s in by_seed] == [
         f"seed={s} [trust_region={tr}]" for s in SEEDS for tr in TRUST_REGIONS

@@ -268,11 +268,17 @@ class Series:
         return f"{self.label} ({note})" if note else self.label
 
 
+def is_provenance(key: str) -> bool:
+    """config.json keys that start with "_" record what ran the run (code, machine), not an option:
+    seeds run at other commits or on other machines are still seeds of one group."""
+    return key.startswith("_")
+
+
 def group_runs(
     runs: Sequence[Run], by: str = "trust_region", ignore: Iterable[str] = IGNORED_CONFIG_KEYS, warn: Warn | None = None
 ) -> list[Series]:
     """Group runs by the config key `by`; within a group, runs whose configs match apart from the
-    `ignore` keys (seed, run dir, ...) are one Series. A group whose runs differ in other keys is
+    `ignore` keys (seed, run dir, ...) and the provenance keys are one Series. A group whose runs differ in other keys is
     split, each part labelled with the keys that tell them apart. `ignore` containing "*" never splits.
     """
     warn = warn or warn_stderr
@@ -290,7 +296,8 @@ def group_runs(
             continue
 
         def signature(r: Run) -> str:
-            return json.dumps({k: v for k, v in r.config.items() if k not in ignore}, sort_keys=True, default=str)
+            return json.dumps({k: v for k, v in r.config.items() if k not in ignore and not is_provenance(k)},
+                              sort_keys=True, default=str)
 
         parts: dict[str, list[Run]] = {}
         for r in members:
@@ -298,7 +305,7 @@ def group_runs(
         if len(parts) == 1:
             out.append(Series(label, list(members)))
             continue
-        all_keys = {k for r in members for k in r.config} - ignore
+        all_keys = {k for r in members for k in r.config if not is_provenance(k)} - ignore
         differing = sorted(k for k in all_keys if len({_fmt(r.config.get(k)) for r in members}) > 1)
         warn(
             f"group {label!r}: runs differ in {', '.join(differing)} (not only the seed): drawn as {len(parts)} "

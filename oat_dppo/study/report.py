@@ -34,6 +34,7 @@ import numpy as np
 from oat_dppo.config import to_dict
 from oat_dppo.envs import get_preset
 from oat_dppo.plot.data import IGNORED_CONFIG_KEYS, MetricTable, Run, Series, load_run
+from oat_dppo.provenance import machine_label
 from oat_dppo.study import significance
 from oat_dppo.study.committed import metrics_dir
 from oat_dppo.study.spec import NAME_KEYS, RunSpec, Study, format_value
@@ -82,6 +83,7 @@ class RunResult:
     entropy_final: float = math.nan  # mean entropy over the final window (a policy turned deterministic: ~0)
     ratio_max: float = math.nan  # the largest pi/mu of any token trained on, masked or not
     finished: bool = True  # every iteration the run asks for is logged (False: still running, or cut)
+    machine: str = "not recorded"  # `machine_label` of its config.json's `_machine` provenance
 
 
 def _finite(table: MetricTable, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -174,10 +176,10 @@ def _family(model: str) -> str:
     return model_family(model)
 
 
-def build_groups(runs: Sequence[RunSpec], tables: dict[str, MetricTable], threshold: float | None,
+def build_groups(runs: Sequence[RunSpec], loaded: dict[str, Run], threshold: float | None,
                  final_window: int = 3) -> list[Group]:
     """Groups in display order: family, model, env, trust region (each by first appearance), then
-    the other varied options."""
+    the other varied options. `loaded`: the runs that have metrics (`load_runs`), by name."""
     extra_keys = varied_keys(runs)
     groups: dict[tuple, Group] = {}
     order: dict[str, dict] = {k: {} for k in ("family", "model", "env", "trust_region", "extra")}
@@ -191,22 +193,22 @@ def build_groups(runs: Sequence[RunSpec], tables: dict[str, MetricTable], thresh
             order[dim].setdefault(value, len(order[dim]))
         g = groups.setdefault(key, Group(fam, cfg.model, cfg.env, cfg.trust_region, extra))
         g.runs.append(run)
-        if run.name in tables and len(tables[run.name]):
-            g.results.append(run_result(run, tables[run.name], threshold, final_window))
+        if run.name in loaded and len(loaded[run.name].metrics):
+            result = run_result(run, loaded[run.name].metrics, threshold, final_window)
+            result.machine = machine_label(loaded[run.name].config.get("_machine"))
+            g.results.append(result)
     return [groups[k] for k in sorted(groups, key=lambda k: tuple(order[d][v] for d, v in zip(order, k)))]
 
 
-def load_tables(runs: Sequence[RunSpec]) -> tuple[dict[str, MetricTable], dict[str, Run]]:
-    """Metric tables (and plot Runs) of the runs that have a metrics.jsonl, in their run directory or
+def load_runs(runs: Sequence[RunSpec]) -> dict[str, Run]:
+    """The runs that have a metrics.jsonl (config and metrics), by name, from their run directory or
     their committed copy (whichever holds more iterations)."""
-    tables, loaded = {}, {}
+    loaded = {}
     for run in runs:
         where = metrics_dir(run)
         if (where / "metrics.jsonl").is_file():
-            r = load_run(where, warn=_quiet)
-            tables[run.name] = r.metrics
-            loaded[run.name] = r
-    return tables, loaded
+            loaded[run.name] = load_run(where, warn=_quiet)
+    return loaded
 
 
 # ---- tables -------------------------------------------------------------------------------------
@@ -329,7 +331,7 @@ def csv_text(groups: Sequence[Group], study_name: str, threshold: float | None) 
 
 RUN_CSV_COLUMNS = ("name", "model", "env", "engine", "trust_region", "seed", "iterations", "final_reward",
                    "min_reward", "collapsed_iterations", "kept_frac_mean", "prob_diff_mean", "entropy_min",
-                   "eval_reward", "mismatch_mean", "entropy_final", "ratio_max")
+                   "eval_reward", "mismatch_mean", "entropy_final", "ratio_max", "machine")
 
 
 def format_failure_floor(run: RunSpec) -> float:
@@ -353,7 +355,7 @@ def runs_csv_text(groups: Sequence[Group]) -> str:
             w.writerow([res.run.name, cfg.model, cfg.env, cfg.engine, cfg.trust_region, cfg.seed, res.iterations,
                         num(res.final), num(res.lowest), res.collapsed, num(res.kept), num(res.mismatch),
                         num(res.entropy_min), num(res.eval), num(res.engine_mismatch), num(res.entropy_final),
-                        num(res.ratio_max),
+                        num(res.ratio_max), res.machine,
                         *[g.extra[k] for k in extra_keys]])
     return buf.getvalue()
 
@@ -402,6 +404,13 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
             "",
             significance.markdown_table(comps),
         ]
+    machines: dict[str, int] = {}
+    for res in (r for g in groups for r in g.results):
+        machines[res.machine] = machines.get(res.machine, 0) + 1
+    if machines:
+        lines += ["Machines (each run's `_machine` in config.json; a vLLM engine's bf16 mismatch depends on the "
+                  "machine's kernels): " + "; ".join(f"{label}: {n} run{'s' * (n != 1)}"
+                                                       for label, n in machines.items()), ""]
     unfinished = [r for g in groups for r in g.results if not r.finished]
     if unfinished:
         lines += [f"Unfinished ({len(unfinished)}; in the table with the iterations they have, left out of "
@@ -483,10 +492,10 @@ class Report:
 
 def write_report(study: Study, runs: Sequence[RunSpec], *, figures: bool = True) -> Report:
     """Aggregate `runs` (those with metrics) into <out>/summary.md, summary.csv and the figures."""
-    tables, loaded = load_tables(runs)
-    groups = build_groups(runs, tables, study.threshold, study.final_window)
+    loaded = load_runs(runs)
+    groups = build_groups(runs, loaded, study.threshold, study.final_window)
     study.out.mkdir(parents=True, exist_ok=True)
-    pngs = write_figures(study, groups, loaded) if figures and tables else []
+    pngs = write_figures(study, groups, loaded) if figures and loaded else []
     md = markdown(study, groups, runs, pngs)
     md_path, csv_path, runs_path = study.out / "summary.md", study.out / "summary.csv", study.out / "runs.csv"
     md_path.write_text(md, encoding="utf-8")

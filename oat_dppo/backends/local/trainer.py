@@ -26,7 +26,6 @@ from oat_dppo.components import (
     build_envs,
     build_trust_region,
     effective_trust_region_options,
-    provenance,
     resolve_template,
 )
 from oat_dppo.cli import python_command
@@ -44,6 +43,7 @@ from oat_dppo.models import (
     load_policy,
     policy_weights,
 )
+from oat_dppo.provenance import provenance
 from oat_dppo.rundir import RunDir, RunDirError, checkpoint_exists
 from oat_dppo.seeds import derive_seed, episode_seeds, eval_seeds
 from oat_dppo.threads import choose_threads
