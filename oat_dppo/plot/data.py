@@ -278,8 +278,9 @@ def group_runs(
     runs: Sequence[Run], by: str = "trust_region", ignore: Iterable[str] = IGNORED_CONFIG_KEYS, warn: Warn | None = None
 ) -> list[Series]:
     """Group runs by the config key `by`; within a group, runs whose configs match apart from the
-    `ignore` keys (seed, run dir, ...) and the provenance keys are one Series. A group whose runs differ in other keys is
-    split, each part labelled with the keys that tell them apart. `ignore` containing "*" never splits.
+    `ignore` keys (seed, run dir, ...) and the provenance keys are one Series. A group whose runs
+    differ in other keys is split, each part labelled with the keys that tell them apart. `ignore`
+    containing "*" never splits.
     """
     warn = warn or warn_stderr
     ignore = set(ignore)
