@@ -278,8 +278,9 @@ def stability_table(groups: Sequence[Group]) -> str:
     runs (and iterations) sat at the format-failure floor, the engine's mismatch alone, the entropy
     left at the end and the largest pi/mu any seed trained on."""
     extra_keys = list(groups[0].extra) if groups else []
-    cols = ["model", "env", "trust region", *extra_keys, "seeds", "lowest reward", "runs at the floor", "iterations at the floor",
-            "mismatch \\|π − μ\\| (before the update)", "entropy (final)", "largest π/μ (any seed)"]
+    cols = ["model", "env", "trust region", *extra_keys, "seeds", "lowest reward", "runs at the floor",
+            "iterations at the floor", "mismatch \\|π − μ\\| (before the update)", "entropy (final)",
+            "largest π/μ (any seed)"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for g in groups:
         at_floor = sum(r.collapsed > 0 for r in g.results)
