@@ -412,6 +412,33 @@ def one_run_study(tmp_path: Path, *, iterations: int) -> tuple[Path, object]:
     return path, load_study(path).runs[0]
 
 
+def test_the_plan_says_how_long_the_study_has_left_at_the_pace_runs_logged(tmp_path):
+    """Each run left needs its iterations left times the seconds per iteration its grid point's seeds
+    logged (else the mean of all timed runs); the runs fill `parallel` slots in order."""
+    path = tiny_study(tmp_path, iterations=4, grid='trust_region = ["ppo_clip", "pg_is", "dppo_binary_tv"]\n'
+                                                   "seed = [0, 1]")
+    by = {r.name: r for r in load_study(path).runs}
+
+    def timed(name: str, n: int, seconds: float, **kw) -> None:
+        fake_run(by[f"tiny-qwen3__rg_arc_1d__{name}"].run_dir, n, extra={i: {"time/iteration_s": seconds}
+                                                                          for i in range(n)}, **kw)
+
+    timed("ppo_clip__s0", 4, 10.0, checkpoint=True)  # done: 10 s per iteration
+    timed("pg_is__s0", 2, 30.0, checkpoint=True)  # resumes after its checkpoint's 2 iterations: 2 x 30 s
+    (by["tiny-qwen3__rg_arc_1d__pg_is__s0"].run_dir / "checkpoint" / "state.json").write_text('{"iteration": 1}')
+    # left: ppo_clip s1 4 x 10, pg_is s1 4 x 30, dppo s0 and s1 (no timings: the mean, 20 s) 4 x 20 each
+    runs = load_study(path).runs
+    states = {r.name: run_state(r) for r in runs}
+    assert runner_module.time_left(runs, states, parallel=1) == (60 + 40 + 120 + 80 + 80, 2)
+    assert runner_module.time_left(runs, states, parallel=5).seconds == 120  # each run its own slot
+    code, out, _ = run_cli(str(path), "--dry-run")
+    assert code == 0 and "~0:06:20 left at the pace the runs logged (time/iteration_s of 2 runs;" in out
+    fake_run(by["tiny-qwen3__rg_arc_1d__ppo_clip__s0"].run_dir, 4, checkpoint=True)  # no timings logged
+    fake_run(by["tiny-qwen3__rg_arc_1d__pg_is__s0"].run_dir, 2, checkpoint=True)
+    assert runner_module.time_left(runs, {r.name: run_state(r) for r in runs}, parallel=1) is None
+    assert " left at the pace" not in run_cli(str(path), "--dry-run")[1]
+
+
 def test_a_progress_line_says_how_long_the_run_has_left(tmp_path):
     """Each new iteration: its number, reward, and the time left at the last 3 iterations' pace;
     an unchanged or rewritten file says nothing again."""

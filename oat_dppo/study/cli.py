@@ -78,10 +78,12 @@ def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None
 
     from oat_dppo.study.runner import (  # numpy
         LocalRunner,
+        clock,
         commit_finished,
         conflicts,
         print_plan,
         run_state,
+        time_left,
         write_oat_script,
     )
 
@@ -100,6 +102,11 @@ def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None
         print(f"  {counts['done']} done (skipped), {counts['resume']} to resume, "
               f"{counts['new'] + counts['restart']} to start; {study.parallel} at a time, "
               f"--threads {'/'.join(map(str, threads))} each", file=out)
+        left = time_left(runs, states, study.parallel)
+        if left is not None and left.seconds > 0:
+            print(f"  ~{clock(left.seconds)} left at the pace the runs logged (time/iteration_s of "
+                  f"{left.timed_runs} run{'s' * (left.timed_runs != 1)}; a run's own grid point where it has one)",
+                  file=out)
     if args.dry_run:
         print_plan(runs, states, backend=study.backend, out=out)
         return 0

@@ -80,6 +80,51 @@ def read_progress(run_dir: Path, recent: int = 3) -> Progress:
     return Progress(its, rewards[-1] if rewards else None, sum(times) / len(times) if times else None)
 
 
+def mean_iteration_s(run_dir: Path) -> float | None:
+    """Mean `time/iteration_s` over every iteration a run directory's metrics.jsonl logged."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    times = [float(v) for v in read_metrics(path, warn=_quiet).column("time/iteration_s") if v == v]
+    return sum(times) / len(times) if times else None
+
+
+class TimeLeft(NamedTuple):
+    seconds: float  # wall time until the last run ends
+    timed_runs: int  # runs whose logged iterations set the pace
+
+
+def time_left(runs: list[RunSpec], states: dict[str, RunState], parallel: int) -> TimeLeft | None:
+    """The wall time the runs not done yet need, `parallel` at a time in run order, at the pace the
+    runs themselves logged (seconds per iteration): a run's own grid point but for the seed where one
+    of its seeds has timings (its engine and trust region set the pace), else the mean of all timed
+    runs. None when no run logged a timing. The committed runs' pace is that of the machine that ran
+    them."""
+    def point(run: RunSpec) -> tuple:
+        return tuple(sorted((k, repr(v)) for k, v in run.grid.items() if k != "seed"))
+
+    paces: dict[tuple, list[float]] = {}
+    for run in runs:
+        st = states[run.name]
+        pace = mean_iteration_s(run.results_dir if st.committed and run.results_dir else run.run_dir)
+        if pace is not None:
+            paces.setdefault(point(run), []).append(pace)
+    timed = [x for xs in paces.values() for x in xs]
+    if not timed:
+        return None
+    slots = [0.0] * max(1, parallel)  # when each slot frees up
+    for run in runs:
+        st = states[run.name]
+        left = 0 if st.status == "done" else run.config.iterations - (st.resume_at if st.status == "resume" else 0)
+        if left <= 0:
+            continue
+        own = paces.get(point(run))
+        pace = sum(own) / len(own) if own else sum(timed) / len(timed)
+        i = slots.index(min(slots))
+        slots[i] += left * pace
+    return TimeLeft(max(slots), len(timed))
+
+
 def has_checkpoint(run_dir: Path) -> bool:
     return checkpoint_exists(run_dir / "checkpoint")
 
@@ -176,7 +221,8 @@ def write_oat_script(study: Study, runs: list[RunSpec]) -> Path:
 # ---- the local scheduler ------------------------------------------------------------------------
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """H:MM:SS."""
     s = int(seconds)
     return f"{s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
@@ -216,7 +262,7 @@ class LocalRunner:
         print(text, file=self.out, flush=True)
 
     def _prefix(self) -> str:
-        return f"[{_clock(time.monotonic() - self.t0)} {len(self.done)}/{self.total} done]"
+        return f"[{clock(time.monotonic() - self.t0)} {len(self.done)}/{self.total} done]"
 
     def _start(self, run: RunSpec) -> _Child:
         state = run_state(run)
@@ -260,13 +306,13 @@ class LocalRunner:
         if its and max(its) + 1 > child.reported:  # a new iteration (a resume's rewrite is not one)
             child.reported = done = max(its) + 1
             total = child.run.config.iterations
-            left = f", ~{_clock(iteration_s * (total - done))} left" if iteration_s and done < total else ""
+            left = f", ~{clock(iteration_s * (total - done))} left" if iteration_s and done < total else ""
             self.say(f"{self._prefix()} {child.run.name}: iteration {done}/{total}  reward {_reward(reward)}{left}")
 
     def _finish(self, child: _Child, code: int, stopping: bool) -> None:
         child.log.close()
         name = child.run.name
-        took = _clock(time.monotonic() - child.started)
+        took = clock(time.monotonic() - child.started)
         its, reward, _ = read_progress(child.run.run_dir)
         if code == 0:
             self.done.append(name)
@@ -313,7 +359,7 @@ class LocalRunner:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        elapsed = _clock(time.monotonic() - self.t0)
+        elapsed = clock(time.monotonic() - self.t0)
         if self._signals:
             self.say(
                 f"\ninterrupted after {elapsed}: {len(self.done)} of {self.total} runs done, "
