@@ -5,11 +5,13 @@ Ctrl-C), the report's numbers from synthetic metrics, and the Oat launch script.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -524,14 +526,18 @@ def test_committed_results_continue_a_study_on_another_clone(tmp_path):
     done, partial, _ = load_study(path).runs
     assert done.results_dir == tmp_path / "results" / done.name
     fake_run(done.run_dir, 3, checkpoint=True, config=to_dict(done.config), rewards=[0.1, 0.2, 0.6])
-    (done.run_dir / "episodes.jsonl").write_text("{}\n")
+    episode = {"iteration": 0, "return": 0.5, "turns": [{"prompt": "long " * 100, "response": "a", "reward": 0.5}]}
+    (done.run_dir / "episodes.jsonl").write_text("".join(json.dumps(dict(episode, iteration=i)) + "\n" for i in (0, 1, 2)))
     fake_run(partial.run_dir, 2, checkpoint=True, config=to_dict(partial.config))
     code, out, _ = run_cli(str(path), "--dry-run")  # a dry run writes nothing
     assert code == 0 and not (tmp_path / "results").exists()
     code, out, err = run_cli(str(path), "--report")
     assert code == 0, err
     assert f"committed {done.name} to {done.results_dir}" in out and partial.name not in out.split("|")[0]
-    assert sorted(p.name for p in done.results_dir.iterdir()) == ["config.json", "metrics.jsonl"]
+    assert sorted(p.name for p in done.results_dir.iterdir()) == ["config.json", "metrics.jsonl", "responses.jsonl"]
+    responses = [json.loads(line) for line in (done.results_dir / "responses.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in responses] == [0, 1, 2]
+    assert responses[0]["turns"] == [{"response": "a", "reward": 0.5}]  # no prompt
     assert not partial.results_dir.exists()
 
     # Another clone: a fresh out directory, only the committed copies.
@@ -555,6 +561,38 @@ def test_committed_results_continue_a_study_on_another_clone(tmp_path):
     assert code == 2
     assert f"{done.results_dir} holds a run with another configuration (learning_rate: 1e-05 in the run" in err
     assert "give the study another [study] results" in err
+
+
+def test_responses_keep_the_last_logging_of_each_iteration_and_fill_older_committed_copies(tmp_path):
+    """responses.jsonl: episodes.jsonl without prompts; an iteration run again after a resume keeps
+    its last logging; a line cut by a kill is skipped. A committed copy made before responses were
+    kept gets them, but only from the run it was copied from (the same metrics.jsonl)."""
+    from oat_dppo.study.committed import commit, compact_episodes
+
+    def line(iteration: int, text: str) -> str:
+        return json.dumps({"iteration": iteration, "turns": [{"prompt": "p", "response": text}]}) + "\n"
+
+    src, dst = tmp_path / "episodes.jsonl", tmp_path / "responses.jsonl"
+    # iteration 1 logged, then (killed after its checkpoint at 0) logged again with other episodes
+    src.write_text(line(0, "a") + line(0, "b") + line(1, "old") + line(1, "new") + '{"iteration": 2, "tur')
+    compact_episodes(src, dst)
+    got = [(e["iteration"], e["turns"][0]["response"]) for e in map(json.loads, dst.read_text().splitlines())]
+    assert got == [(0, "a"), (0, "b"), (1, "old"), (1, "new")]  # one logging of 1, two episodes
+    src.write_text(line(0, "a") + line(1, "old") + line(2, "x") + line(1, "rerun"))
+    compact_episodes(src, dst)
+    got = [(e["iteration"], e["turns"][0]["response"]) for e in map(json.loads, dst.read_text().splitlines())]
+    assert got == [(0, "a"), (1, "rerun"), (2, "x")]
+
+    path, run = one_run_study(tmp_path, iterations=2)
+    run = dataclasses.replace(run, results_dir=tmp_path / "committed")
+    fake_run(run.run_dir, 2, checkpoint=True, config=to_dict(run.config))
+    (run.run_dir / "episodes.jsonl").write_text(line(0, "a") + line(1, "b"))
+    run.results_dir.mkdir()
+    (run.results_dir / "metrics.jsonl").write_text((run.run_dir / "metrics.jsonl").read_text() + "\n")  # another run
+    assert not commit(run) and not (run.results_dir / "responses.jsonl").exists()
+    shutil.copyfile(run.run_dir / "metrics.jsonl", run.results_dir / "metrics.jsonl")  # this run's copy
+    assert commit(run) and (run.results_dir / "responses.jsonl").is_file()
+    assert not commit(run)  # nothing left to write
 
 
 # ---- the report ---------------------------------------------------------------------------------

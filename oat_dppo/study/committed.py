@@ -1,5 +1,7 @@
 """Committed results: a study's finished runs kept as `config.json` + `metrics.jsonl` under
-`[study] results` (e.g. docs/results/<study>/<run name>/), small enough to commit.
+`[study] results` (e.g. docs/results/<study>/<run name>/), small enough to commit, with
+`responses.jsonl`: the run's logged sample episodes (episodes.jsonl) without their prompts, a few KB
+where the prompts take ~100 KB, so that what the policy learned to say can be read on any clone.
 
 A study too long for one sitting or one machine continues from them on any clone: a run whose
 committed copy has every iteration counts as done (it is not run again), and the report reads each
@@ -9,6 +11,8 @@ Checkpoints are never committed, so a run cut short on one machine starts over o
 
 from __future__ import annotations
 
+import filecmp
+import json
 import shutil
 from pathlib import Path
 
@@ -16,6 +20,8 @@ from oat_dppo.plot.data import read_metrics
 from oat_dppo.study.spec import RunSpec
 
 COMMITTED_FILES = ("config.json", "metrics.jsonl")
+EPISODES = "episodes.jsonl"
+RESPONSES = "responses.jsonl"  # EPISODES without the prompts
 
 
 def _quiet(_msg: str) -> None:
@@ -37,19 +43,50 @@ def metrics_dir(run: RunSpec) -> Path:
     return run.run_dir
 
 
+def compact_episodes(episodes: Path, responses: Path) -> None:
+    """Write `episodes` (episodes.jsonl) to `responses` without the turns' prompts. An iteration
+    logged twice (run again after a resume) keeps its last logging; a line cut by a kill is skipped."""
+    by_iteration: dict[int, list[str]] = {}
+    previous = None
+    for line in episodes.read_text(encoding="utf-8").splitlines():
+        try:
+            episode = json.loads(line)
+            iteration = int(episode["iteration"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        for turn in episode.get("turns", []):
+            turn.pop("prompt", None)
+        if iteration != previous:
+            by_iteration[iteration] = []  # a new logging of this iteration replaces an older one
+            previous = iteration
+        by_iteration[iteration].append(json.dumps(episode, ensure_ascii=False))
+    tmp = responses.with_name(responses.name + ".tmp")
+    tmp.write_text("".join(f"{line}\n" for i in sorted(by_iteration) for line in by_iteration[i]), encoding="utf-8")
+    tmp.replace(responses)
+
+
 def commit(run: RunSpec) -> bool:
     """Copy a finished run's config.json and metrics.jsonl to its committed directory, unless that
-    already holds as many iterations. Returns whether it copied. Unfinished runs are not committed."""
+    already holds as many iterations, and its episodes as `responses.jsonl` (also into a committed
+    copy made before responses were kept). Returns whether it wrote anything. Unfinished runs are
+    not committed."""
     if run.results_dir is None:
         return False
     local = logged_iterations(run.run_dir)
     if not set(range(run.config.iterations)) <= local:
         return False
-    if len(logged_iterations(run.results_dir)) >= len(local):
-        return False
-    run.results_dir.mkdir(parents=True, exist_ok=True)
-    for name in COMMITTED_FILES:  # copyfile: the copy gets the umask's mode, not the source's
-        tmp = run.results_dir / (name + ".tmp")
-        shutil.copyfile(run.run_dir / name, tmp)
-        tmp.replace(run.results_dir / name)
-    return True
+    wrote = False
+    if len(logged_iterations(run.results_dir)) < len(local):
+        run.results_dir.mkdir(parents=True, exist_ok=True)
+        for name in COMMITTED_FILES:  # copyfile: the copy gets the umask's mode, not the source's
+            tmp = run.results_dir / (name + ".tmp")
+            shutil.copyfile(run.run_dir / name, tmp)
+            tmp.replace(run.results_dir / name)
+        wrote = True
+    # A committed copy without responses gets them only from the run it was copied from.
+    backfill = not (run.results_dir / RESPONSES).is_file() and filecmp.cmp(
+        run.run_dir / "metrics.jsonl", run.results_dir / "metrics.jsonl", shallow=False)
+    if (run.run_dir / EPISODES).is_file() and (wrote or backfill):
+        compact_episodes(run.run_dir / EPISODES, run.results_dir / RESPONSES)
+        wrote = True
+    return wrote
