@@ -746,6 +746,42 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     assert "AMD EPYC (no native bf16), torch 2.13.0+cpu: 1 run; not recorded: 1 run" in md
 
 
+def test_report_says_what_each_run_says_at_the_end(tmp_path):
+    """From the sample episodes of the final window: the most common response, its share of the
+    turns, and how often a turn repeats the turn before word for word."""
+    path = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+        final_window = 2
+        [base]
+        model = "tiny-qwen3"
+        env = "rg:arc_1d"
+        iterations = 5
+        [grid]
+        seed = [0, 1]
+        """)
+    said, silent = load_study(path).runs
+    fake_run(said.run_dir, 5, checkpoint=True)
+    fake_run(silent.run_dir, 5, checkpoint=True)  # no episodes.jsonl
+
+    def episode(iteration: int, *responses: str) -> str:
+        return json.dumps({"iteration": iteration, "turns": [{"prompt": "p", "response": r} for r in responses]}) + "\n"
+
+    # before the final window (iterations 3-4): ignored
+    (said.run_dir / "episodes.jsonl").write_text(episode(0, "x", "y") + episode(2, "x", "x", "x") +
+                                                 episode(3, "a|1\n", "a|1\n", "b") + episode(4, "a|1\n", "a|1\n"))
+    code, _, err = run_cli(str(path), "--report")
+    assert code == 0, err
+    rows = {r["seed"]: r for r in csv.DictReader(open(tmp_path / "out" / "runs.csv"))}
+    assert rows["0"]["final_response"] == "a|1\n" and float(rows["0"]["final_response_share"]) == pytest.approx(0.8)
+    assert float(rows["0"]["repeat_rate_final"]) == pytest.approx(2 / 3)  # a->a, a->b, a->a
+    assert rows["1"]["final_response"] == "" and rows["1"]["repeat_rate_final"] == ""
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "| dppo_binary_tv | 0 | `a\\|1\\n` | 0.80 | 0.667 |" in md  # | escaped, newline shown as \n
+    assert "| dppo_binary_tv | 1 |" not in md
+    assert "| - | - | - | 0.667 |" in md  # stability table: no mismatch, entropy, ratio logged; repeats of 1 seed
+
+
 def test_report_without_metrics_is_an_error(tmp_path):
     code, _, err = run_cli(str(write(tmp_path, REPORT_STUDY.format(out=tmp_path / "out"))), "--report")
     assert code == 2 and "has metrics" in err

@@ -43,12 +43,13 @@ def metrics_dir(run: RunSpec) -> Path:
     return run.run_dir
 
 
-def compact_episodes(episodes: Path, responses: Path) -> None:
-    """Write `episodes` (episodes.jsonl) to `responses` without the turns' prompts. An iteration
-    logged twice (run again after a resume) keeps its last logging; a line cut by a kill is skipped."""
-    by_iteration: dict[int, list[str]] = {}
+def read_episodes(path: Path) -> list[dict]:
+    """The episodes of an episodes.jsonl (or responses.jsonl) without the turns' prompts, in
+    iteration order. An iteration logged twice (run again after a resume) keeps its last logging; a
+    line cut by a kill is skipped."""
+    by_iteration: dict[int, list[dict]] = {}
     previous = None
-    for line in episodes.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         try:
             episode = json.loads(line)
             iteration = int(episode["iteration"])
@@ -59,10 +60,24 @@ def compact_episodes(episodes: Path, responses: Path) -> None:
         if iteration != previous:
             by_iteration[iteration] = []  # a new logging of this iteration replaces an older one
             previous = iteration
-        by_iteration[iteration].append(json.dumps(episode, ensure_ascii=False))
+        by_iteration[iteration].append(episode)
+    return [e for i in sorted(by_iteration) for e in by_iteration[i]]
+
+
+def compact_episodes(episodes: Path, responses: Path) -> None:
+    """Write `episodes` (episodes.jsonl) to `responses` as `read_episodes` reads it."""
     tmp = responses.with_name(responses.name + ".tmp")
-    tmp.write_text("".join(f"{line}\n" for i in sorted(by_iteration) for line in by_iteration[i]), encoding="utf-8")
+    tmp.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in read_episodes(episodes)),
+                   encoding="utf-8")
     tmp.replace(responses)
+
+
+def episodes_file(run_dir: Path) -> Path | None:
+    """A directory's responses.jsonl (a committed copy), else its episodes.jsonl (a run), else None."""
+    for name in (RESPONSES, EPISODES):
+        if (run_dir / name).is_file():
+            return run_dir / name
+    return None
 
 
 def commit(run: RunSpec) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -36,7 +37,7 @@ from oat_dppo.envs import get_preset
 from oat_dppo.plot.data import IGNORED_CONFIG_KEYS, MetricTable, Run, Series, load_run
 from oat_dppo.provenance import machine_label
 from oat_dppo.study import significance
-from oat_dppo.study.committed import metrics_dir
+from oat_dppo.study.committed import episodes_file, metrics_dir, read_episodes
 from oat_dppo.study.spec import NAME_KEYS, RunSpec, Study, format_value
 
 REWARD = "rollout/reward_mean"
@@ -84,6 +85,10 @@ class RunResult:
     ratio_max: float = math.nan  # the largest pi/mu of any token trained on, masked or not
     finished: bool = True  # every iteration the run asks for is logged (False: still running, or cut)
     machine: str = "not recorded"  # `machine_label` of its config.json's `_machine` provenance
+    # Over the logged sample episodes of the final window (NaN / "" where the run logged none):
+    final_response: str = ""  # the most common response
+    final_response_share: float = math.nan  # its share of the turns
+    repeat_rate: float = math.nan  # share of an episode's turns that repeat its previous turn's response
 
 
 def _finite(table: MetricTable, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -196,8 +201,29 @@ def build_groups(runs: Sequence[RunSpec], loaded: dict[str, Run], threshold: flo
         if run.name in loaded and len(loaded[run.name].metrics):
             result = run_result(run, loaded[run.name].metrics, threshold, final_window)
             result.machine = machine_label(loaded[run.name].config.get("_machine"))
+            set_final_responses(result, episodes_file(loaded[run.name].path), final_window)
             g.results.append(result)
     return [groups[k] for k in sorted(groups, key=lambda k: tuple(order[d][v] for d, v in zip(order, k)))]
+
+
+def set_final_responses(result: RunResult, path: Path | None, final_window: int) -> None:
+    """What the policy says at the end, from the sample episodes logged in the run's last
+    `final_window` iterations: its most common response (share of the turns) and how often a turn
+    repeats the response of the episode's turn before (1.0: the same words every turn, whatever the
+    environment answered)."""
+    episodes = read_episodes(path) if path is not None else []
+    if not episodes:
+        return
+    last = max(e["iteration"] for e in episodes)
+    turns = [[str(t.get("response", "")) for t in e.get("turns", [])]
+             for e in episodes if e["iteration"] > last - final_window]
+    said = [r for episode in turns for r in episode]
+    if not said:
+        return
+    text, count = Counter(said).most_common(1)[0]
+    pairs = [(a, b) for episode in turns for a, b in zip(episode, episode[1:])]
+    result.final_response, result.final_response_share = text, count / len(said)
+    result.repeat_rate = sum(a == b for a, b in pairs) / len(pairs) if pairs else math.nan
 
 
 def load_runs(runs: Sequence[RunSpec]) -> dict[str, Run]:
@@ -276,18 +302,20 @@ def markdown_table(groups: Sequence[Group], threshold: float | None) -> str:
 def stability_table(groups: Sequence[Group]) -> str:
     """Per row, what collapse and the mismatch look like over its seeds: the lowest reward, how many
     runs (and iterations) sat at the format-failure floor, the engine's mismatch alone, the entropy
-    left at the end and the largest pi/mu any seed trained on."""
+    left at the end, the largest pi/mu any seed trained on, and how often a turn repeats the
+    response before it at the end (`set_final_responses`)."""
     extra_keys = list(groups[0].extra) if groups else []
     cols = ["model", "env", "trust region", *extra_keys, "seeds", "lowest reward", "runs at the floor",
             "iterations at the floor", "mismatch \\|π − μ\\| (before the update)", "entropy (final)",
-            "largest π/μ (any seed)"]
+            "largest π/μ (any seed)", "repeated responses (final)"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for g in groups:
         at_floor = sum(r.collapsed > 0 for r in g.results)
         largest = max((r.ratio_max for r in g.results if math.isfinite(r.ratio_max)), default=math.nan)
         row = [f"`{g.model}`", f"`{g.env}`", g.trust_region, *g.extra.values(), _seeds(g), cell(g, "lowest"),
                f"{at_floor}/{len(g.results)}" if g.results else "-", cell(g, "collapsed"),
-               cell(g, "engine_mismatch"), cell(g, "entropy_final"), _num(largest, "ratio_max")]
+               cell(g, "engine_mismatch"), cell(g, "entropy_final"), _num(largest, "ratio_max"),
+               cell(g, "repeat_rate")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -332,7 +360,8 @@ def csv_text(groups: Sequence[Group], study_name: str, threshold: float | None) 
 
 RUN_CSV_COLUMNS = ("name", "model", "env", "engine", "trust_region", "seed", "iterations", "final_reward",
                    "min_reward", "collapsed_iterations", "kept_frac_mean", "prob_diff_mean", "entropy_min",
-                   "eval_reward", "mismatch_mean", "entropy_final", "ratio_max", "machine")
+                   "eval_reward", "mismatch_mean", "entropy_final", "ratio_max", "machine", "final_response",
+                   "final_response_share", "repeat_rate_final")
 
 
 def format_failure_floor(run: RunSpec) -> float:
@@ -356,9 +385,27 @@ def runs_csv_text(groups: Sequence[Group]) -> str:
             w.writerow([res.run.name, cfg.model, cfg.env, cfg.engine, cfg.trust_region, cfg.seed, res.iterations,
                         num(res.final), num(res.lowest), res.collapsed, num(res.kept), num(res.mismatch),
                         num(res.entropy_min), num(res.eval), num(res.engine_mismatch), num(res.entropy_final),
-                        num(res.ratio_max), res.machine,
-                        *[g.extra[k] for k in extra_keys]])
+                        num(res.ratio_max), res.machine, res.final_response, num(res.final_response_share),
+                        num(res.repeat_rate), *[g.extra[k] for k in extra_keys]])
     return buf.getvalue()
+
+
+def responses_table(groups: Sequence[Group]) -> str:
+    """Per run that logged sample episodes: its most common response at the end (newlines and tabs
+    escaped, cut to 40 characters, in a code span), that response's share of the turns, and the
+    repeat rate."""
+    extra_keys = list(groups[0].extra) if groups else []
+    lines = ["| trust region | " + " | ".join([*extra_keys, "seed"]) + " | most common response | share | repeats |",
+             "|" + "---|" * (len(extra_keys) + 5)]
+    for g in groups:
+        for r in g.results:
+            if not r.final_response and not math.isfinite(r.final_response_share):
+                continue
+            text = r.final_response.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+            text = (text[:40] + "…" if len(text) > 40 else text).replace("`", "'").replace("|", "\\|")
+            lines.append(f"| {g.trust_region} | " + " | ".join([*g.extra.values(), str(r.run.seed)]) +
+                         f" | `{text}` | {r.final_response_share:.2f} | {_num(r.repeat_rate, 'final')} |")
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
 def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], figures: Sequence[Path]) -> str:
@@ -392,10 +439,18 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
         "(per run) whose mean reward sits at the environment's format-failure floor (collapse); the engine's "
         "**mismatch** alone (mean `train/mismatch_mean`: |π − μ| before an update's first optimizer step); the "
         f"**entropy** over a run's last {study.final_window} iterations (near 0: the policy turned "
-        "deterministic); the **largest π/μ** of any token trained on (masked or clipped ones included).",
+        "deterministic); the **largest π/μ** of any token trained on (masked or clipped ones included); the "
+        "share of an episode's turns whose response **repeats** the turn before's word for word, in the sample "
+        f"episodes logged over the last {study.final_window} iterations.",
         "",
         stability_table(groups),
     ]
+    said = responses_table(groups)
+    if said:
+        lines += [f"What each run says at the end (the sample episodes of its last {study.final_window} "
+                  "iterations: `episodes.jsonl`, or `responses.jsonl` in a committed copy): its most common "
+                  "response, that response's share of the turns, and the share of turns that repeat the turn "
+                  "before.", "", said]
     comps = significance.comparisons(groups, SIGNIFICANCE_METRICS)
     if comps:
         lines += [
