@@ -395,12 +395,13 @@ def test_a_resume_starts_after_its_checkpoint_not_after_the_last_logged_iteratio
     assert "iteration 3/6" not in text.replace("resume after iteration 3/6", "")  # no stale progress line
 
 
-def tiny_study(tmp_path: Path, *, iterations: int, grid: str = "") -> Path:
+def tiny_study(tmp_path: Path, *, iterations: int, grid: str = "", final_window: int = 3) -> Path:
     """A study file of tiny runs (one, or the `grid` lines' product)."""
     grid = f"[grid]\n{grid}" if grid else ""
     return write(tmp_path, f"""
         [study]
         out = "{tmp_path / 'out'}"
+        final_window = {final_window}
         [base]
         model = "tiny-qwen3"
         env = "rg:arc_1d"
@@ -749,17 +750,7 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
 def test_report_says_what_each_run_says_at_the_end(tmp_path):
     """From the sample episodes of the final window: the most common response, its share of the
     turns, and how often a turn repeats the turn before word for word."""
-    path = write(tmp_path, f"""
-        [study]
-        out = "{tmp_path / 'out'}"
-        final_window = 2
-        [base]
-        model = "tiny-qwen3"
-        env = "rg:arc_1d"
-        iterations = 5
-        [grid]
-        seed = [0, 1]
-        """)
+    path = tiny_study(tmp_path, iterations=5, grid="seed = [0, 1]", final_window=2)
     said, silent = load_study(path).runs
     fake_run(said.run_dir, 5, checkpoint=True)
     fake_run(silent.run_dir, 5, checkpoint=True)  # no episodes.jsonl
