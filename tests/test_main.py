@@ -83,6 +83,7 @@ def test_offline_math_file(tmp_path):
     code, run_dir = run_main(tmp_path, "--env", "math", "--math-data", str(data), "--iterations", "1",
                              "--episodes-per-iteration", "2", "--eval-every", "0")
     assert code == 0 and len(metrics(run_dir)) == 1
+    assert "rollout/repeat_rate" not in metrics(run_dir)[0]  # one turn per episode: nothing to repeat
 
 
 def test_multi_turn_sudoku_plays_every_turn(tmp_path):
@@ -91,7 +92,8 @@ def test_multi_turn_sudoku_plays_every_turn(tmp_path):
     code, run_dir = run_main(tmp_path, "--env", "game:Sudoku-v0-easy", "--response-prefix", "\\boxed{1 1 1} ",
                              "--max-turns", "3", "--iterations", "1", "--episodes-per-iteration", "2", "--eval-every", "0")
     assert code == 0
-    assert metrics(run_dir)[0]["rollout/turns_mean"] == 3
+    row = metrics(run_dir)[0]
+    assert row["rollout/turns_mean"] == 3 and 0.0 <= row["rollout/repeat_rate"] <= 1.0
     ep = json.loads((run_dir / "episodes.jsonl").read_text().splitlines()[0])
     prompts = [t["prompt"] for t in ep["turns"]]
     assert len(prompts) == 3 and len(prompts[0]) < len(prompts[1]) < len(prompts[2])

@@ -22,7 +22,7 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     if not played:
         return {"episodes": 0.0, "reward_mean": math.nan, "success_rate": math.nan}
     returns = np.array([e.episode_return for e in played])
-    return {
+    out = {
         "episodes": float(len(played)),
         "reward_mean": float(returns.mean()),  # an episode's reward: the sum of its turns' rewards
         "reward_std": float(returns.std()),
@@ -34,6 +34,18 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "well_formed_rate": float(np.mean([t.well_formed for t in turns])),
         "length_truncated_rate": float(np.mean([t.finish_reason == "length" for t in turns])),
     }
+    rate = repeat_rate(played)
+    if math.isfinite(rate):  # only where some episode had a second turn (never for single-turn envs)
+        out["repeat_rate"] = rate
+    return out
+
+
+def repeat_rate(episodes: Sequence[Episode]) -> float:
+    """The share of turns (after an episode's first) whose response is token for token the one of the
+    turn before: 1.0 is a policy that says the same thing whatever the environment answered (NaN
+    when no episode has two turns)."""
+    same = [a.response_ids == b.response_ids for e in episodes for a, b in zip(e.turns, e.turns[1:])]
+    return float(np.mean(same)) if same else math.nan
 
 
 def combine_eval(results: Sequence[dict]) -> dict[str, float]:
