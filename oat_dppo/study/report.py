@@ -12,9 +12,11 @@ Per run (from its metrics.jsonl, read with `oat_dppo.plot.read_metrics`), R = ro
 
 `runs.csv` has one row per run (`RUN_CSV_COLUMNS`): besides these, its lowest R, the iterations
 collapsed to the environment's format-failure floor, the entropy's minimum and its mean over the
-final window, the largest pi/mu trained on, and the mean of train/mismatch_mean (|pi - mu| before
+final window, the largest pi/mu trained on, the mean of train/mismatch_mean (|pi - mu| before
 the update's first optimizer step: the mismatch alone, where train/prob_diff_mean also holds the
-policy's drift over the update's later steps).
+policy's drift over the update's later steps), the success rate over the first and the final window,
+and what the run says at the end: its most common response and the reward that saying it in every
+turn earns in the run's environment (`constant_policy`).
 
 Runs are grouped by model family, model, env, trust region and any other option the grid varies;
 the seeds of a group give mean and population std (ddof 0, as the figures' bands).
@@ -37,6 +39,7 @@ from oat_dppo.envs import get_preset
 from oat_dppo.plot.data import IGNORED_CONFIG_KEYS, MetricTable, Run, Series, load_run
 from oat_dppo.provenance import machine_label
 from oat_dppo.study import significance
+from oat_dppo.study.constant_policy import EPISODES, constant_response_reward
 from oat_dppo.study.committed import episodes_file, metrics_dir, read_episodes
 from oat_dppo.study.spec import NAME_KEYS, RunSpec, Study, format_value
 
@@ -47,6 +50,7 @@ EVAL = "eval/reward_mean"
 ENTROPY = "train/entropy"
 PRE_UPDATE_MISMATCH = "train/mismatch_mean"
 RATIO_MAX = "train/ratio_max"
+SUCCESS = "rollout/success_rate"
 # An iteration is "collapsed" when its mean reward is within this of the format-failure floor (all
 # or nearly all episodes failed to write a parseable action).
 COLLAPSE_MARGIN = 0.01
@@ -89,6 +93,9 @@ class RunResult:
     final_response: str = ""  # the most common response
     final_response_share: float = math.nan  # its share of the turns
     repeat_rate: float = math.nan  # share of an episode's turns that repeat its previous turn's response
+    final_response_reward: float = math.nan  # the env's reward for saying final_response every turn
+    success_first: float = math.nan  # mean rollout/success_rate over the first final window
+    success_final: float = math.nan  # ... and over the final window
 
 
 def _finite(table: MetricTable, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -110,6 +117,7 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
     _, ev = _finite(table, EVAL)
     _, ent = _finite(table, ENTROPY)
     _, ratios = _finite(table, RATIO_MAX)
+    _, success = _finite(table, SUCCESS)
     return RunResult(
         run=run,
         iterations=len(table),
@@ -127,6 +135,8 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
         finished=len(table) >= run.config.iterations,
         entropy_final=_mean(ent[-final_window:]),
         ratio_max=float(np.max(ratios)) if len(ratios) else math.nan,
+        success_first=_mean(success[:final_window]),
+        success_final=_mean(success[-final_window:]),
     )
 
 
@@ -202,6 +212,8 @@ def build_groups(runs: Sequence[RunSpec], loaded: dict[str, Run], threshold: flo
             result = run_result(run, loaded[run.name].metrics, threshold, final_window)
             result.machine = machine_label(loaded[run.name].config.get("_machine"))
             set_final_responses(result, episodes_file(loaded[run.name].path), final_window)
+            if result.final_response:
+                result.final_response_reward = constant_response_reward(cfg, result.final_response)
             g.results.append(result)
     return [groups[k] for k in sorted(groups, key=lambda k: tuple(order[d][v] for d, v in zip(order, k)))]
 
@@ -361,7 +373,8 @@ def csv_text(groups: Sequence[Group], study_name: str, threshold: float | None) 
 RUN_CSV_COLUMNS = ("name", "model", "env", "engine", "trust_region", "seed", "iterations", "final_reward",
                    "min_reward", "collapsed_iterations", "kept_frac_mean", "prob_diff_mean", "entropy_min",
                    "eval_reward", "mismatch_mean", "entropy_final", "ratio_max", "machine", "final_response",
-                   "final_response_share", "repeat_rate_final")
+                   "final_response_share", "repeat_rate_final", "final_response_reward", "success_first",
+                   "success_final")
 
 
 def format_failure_floor(run: RunSpec) -> float:
@@ -386,17 +399,20 @@ def runs_csv_text(groups: Sequence[Group]) -> str:
                         num(res.final), num(res.lowest), res.collapsed, num(res.kept), num(res.mismatch),
                         num(res.entropy_min), num(res.eval), num(res.engine_mismatch), num(res.entropy_final),
                         num(res.ratio_max), res.machine, res.final_response, num(res.final_response_share),
-                        num(res.repeat_rate), *[g.extra[k] for k in extra_keys]])
+                        num(res.repeat_rate), num(res.final_response_reward), num(res.success_first),
+                        num(res.success_final), *[g.extra[k] for k in extra_keys]])
     return buf.getvalue()
 
 
 def responses_table(groups: Sequence[Group]) -> str:
     """Per run that logged sample episodes: its most common response at the end (newlines and tabs
-    escaped, cut to 40 characters, in a code span), that response's share of the turns, and the
-    repeat rate."""
+    escaped, cut to 40 characters, in a code span), that response's share of the turns, the repeat
+    rate, the reward for saying that response in every turn beside the run's final reward, and the
+    success rate over the first and the final window."""
     extra_keys = list(groups[0].extra) if groups else []
-    lines = ["| trust region | " + " | ".join([*extra_keys, "seed"]) + " | most common response | share | repeats |",
-             "|" + "---|" * (len(extra_keys) + 5)]
+    lines = ["| trust region | " + " | ".join([*extra_keys, "seed"]) + " | most common response | share | repeats | "
+             "saying it every turn earns | final reward | success, first → final |",
+             "|" + "---|" * (len(extra_keys) + 8)]
     for g in groups:
         for r in g.results:
             if not r.final_response and not math.isfinite(r.final_response_share):
@@ -404,7 +420,9 @@ def responses_table(groups: Sequence[Group]) -> str:
             text = r.final_response.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
             text = (text[:40] + "…" if len(text) > 40 else text).replace("`", "'").replace("|", "\\|")
             lines.append(f"| {g.trust_region} | " + " | ".join([*g.extra.values(), str(r.run.seed)]) +
-                         f" | `{text}` | {r.final_response_share:.2f} | {_num(r.repeat_rate, 'final')} |")
+                         f" | `{text}` | {r.final_response_share:.2f} | {_num(r.repeat_rate, 'final')} | "
+                         f"{_num(r.final_response_reward, 'final')} | {_num(r.final, 'final')} | "
+                         f"{_num(r.success_first, 'final')} → {_num(r.success_final, 'final')} |")
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
@@ -450,7 +468,11 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
         lines += [f"What each run says at the end (the sample episodes of its last {study.final_window} "
                   "iterations: `episodes.jsonl`, or `responses.jsonl` in a committed copy): its most common "
                   "response, that response's share of the turns, and the share of turns that repeat the turn "
-                  "before.", "", said]
+                  "before; what saying that response in every turn earns in the run's environment (mean episode "
+                  f"reward over the env's episodes from seeds 0-{EPISODES - 1}, `oat_dppo.study.constant_policy`: "
+                  "a final reward near it is a policy that settled on one answer, not one that learned the "
+                  "game), beside the run's final reward; the success rate over its first and last "
+                  f"{study.final_window} iterations.", "", said]
     comps = significance.comparisons(groups, SIGNIFICANCE_METRICS)
     if comps:
         lines += [
