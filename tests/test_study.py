@@ -417,7 +417,8 @@ def one_run_study(tmp_path: Path, *, iterations: int) -> tuple[Path, object]:
 
 def test_the_plan_says_how_long_the_study_has_left_at_the_pace_runs_logged(tmp_path):
     """Each run left needs its iterations left times the seconds per iteration its grid point's seeds
-    logged (else the mean of all timed runs); the runs fill `parallel` slots in order."""
+    logged (else the mean of all timed runs); the runs fill `parallel` slots in order. Where some runs
+    ran on this machine (config.json's `_machine`: the same CPU), only their pace counts."""
     path = tiny_study(tmp_path, iterations=4, grid='trust_region = ["ppo_clip", "pg_is", "dppo_binary_tv"]\n'
                                                    "seed = [0, 1]")
     by = {r.name: r for r in load_study(path).runs}
@@ -432,10 +433,18 @@ def test_the_plan_says_how_long_the_study_has_left_at_the_pace_runs_logged(tmp_p
     # left: ppo_clip s1 4 x 10, pg_is s1 4 x 30, dppo s0 and s1 (no timings: the mean, 20 s) 4 x 20 each
     runs = load_study(path).runs
     states = {r.name: run_state(r) for r in runs}
-    assert runner_module.time_left(runs, states, parallel=1) == (60 + 40 + 120 + 80 + 80, 2)
+    assert runner_module.time_left(runs, states, parallel=1) == (60 + 40 + 120 + 80 + 80, 2, False)
     assert runner_module.time_left(runs, states, parallel=5).seconds == 120  # each run its own slot
     code, out, _ = run_cli(str(path), "--dry-run")
-    assert code == 0 and "~0:06:20 left at the pace the runs logged (time/iteration_s of 2 runs;" in out
+    assert code == 0 and "~0:06:20 left at the pace the runs logged on other machines (time/iteration_s of 2 runs;" in out
+    # Where some runs ran on this machine (its CPU), only they set the pace: pg_is s0 here at 30 s,
+    # ppo_clip s0 elsewhere (its 10 s no longer counts): 5 runs' iterations left x 30 s.
+    here = {"cpu": "Xeon", "cpu_native_bf16": True, "cpu_cores": 2, "gpu": None}
+    (by["tiny-qwen3__rg_arc_1d__pg_is__s0"].run_dir / "config.json").write_text(json.dumps({"_machine": here}))
+    (by["tiny-qwen3__rg_arc_1d__ppo_clip__s0"].run_dir / "config.json").write_text(
+        json.dumps({"_machine": {**here, "cpu": "AMD EPYC", "cpu_native_bf16": False}}))
+    assert runner_module.time_left(runs, states, parallel=1, here=here) == ((2 + 4 + 4 + 4 + 4) * 30, 1, True)
+    assert runner_module.time_left(runs, states, parallel=1, here={**here, "cpu_cores": 16}).this_machine is False
     fake_run(by["tiny-qwen3__rg_arc_1d__ppo_clip__s0"].run_dir, 4, checkpoint=True)  # no timings logged
     fake_run(by["tiny-qwen3__rg_arc_1d__pg_is__s0"].run_dir, 2, checkpoint=True)
     assert runner_module.time_left(runs, {r.name: run_state(r) for r in runs}, parallel=1) is None

@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None
     if args.report:
         return _report(study, runs, out, err, empty_is_error=True)
 
+    from oat_dppo.provenance import machine
     from oat_dppo.study.runner import (  # numpy
         LocalRunner,
         clock,
@@ -102,9 +103,10 @@ def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None
         print(f"  {counts['done']} done (skipped), {counts['resume']} to resume, "
               f"{counts['new'] + counts['restart']} to start; {study.parallel} at a time, "
               f"--threads {'/'.join(map(str, threads))} each", file=out)
-        left = time_left(runs, states, study.parallel)
+        left = time_left(runs, states, study.parallel, here=machine())
         if left is not None and left.seconds > 0:
-            print(f"  ~{clock(left.seconds)} left at the pace the runs logged (time/iteration_s of "
+            where = "on this machine" if left.this_machine else "on other machines"
+            print(f"  ~{clock(left.seconds)} left at the pace the runs logged {where} (time/iteration_s of "
                   f"{left.timed_runs} run{'s' * (left.timed_runs != 1)}; a run's own grid point where it has one)",
                   file=out)
     if args.dry_run:

@@ -92,23 +92,46 @@ def mean_iteration_s(run_dir: Path) -> float | None:
 class TimeLeft(NamedTuple):
     seconds: float  # wall time until the last run ends
     timed_runs: int  # runs whose logged iterations set the pace
+    this_machine: bool = False  # those runs ran on the machine asking (else on others: a guess)
 
 
-def time_left(runs: list[RunSpec], states: dict[str, RunState], parallel: int) -> TimeLeft | None:
+# What tells machines' paces apart: the CPU (the GPU is known only to a process that loaded torch).
+PACE_KEYS = ("cpu", "cpu_native_bf16", "cpu_cores")
+
+
+def ran_on(run_dir: Path, here: dict) -> bool:
+    """Whether the `_machine` record in a run directory's config.json names the CPU of `here`."""
+    try:
+        record = json.loads((run_dir / "config.json").read_text()).get("_machine")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(record, dict) and all(record.get(k) == here.get(k) for k in PACE_KEYS)
+
+
+def time_left(runs: list[RunSpec], states: dict[str, RunState], parallel: int,
+              here: dict | None = None) -> TimeLeft | None:
     """The wall time the runs not done yet need, `parallel` at a time in run order, at the pace the
     runs themselves logged (seconds per iteration): a run's own grid point but for the seed where one
     of its seeds has timings (its engine and trust region set the pace), else the mean of all timed
-    runs. None when no run logged a timing. The committed runs' pace is that of the machine that ran
-    them."""
+    runs. None when no run logged a timing. A committed run's pace is that of the machine that ran
+    it: where some runs ran on `here` (this machine's `provenance.machine()` record: its CPU), only
+    they set the pace (a vLLM-CPU iteration of the CPU study took 190 s on an AMD EPYC without native
+    bf16 and 40 s on a Xeon with AMX)."""
     def point(run: RunSpec) -> tuple:
         return tuple(sorted((k, repr(v)) for k, v in run.grid.items() if k != "seed"))
 
-    paces: dict[tuple, list[float]] = {}
+    logged: list[tuple[tuple, float, bool]] = []  # (grid point, pace, ran here)
     for run in runs:
         st = states[run.name]
-        pace = mean_iteration_s(run.results_dir if st.committed and run.results_dir else run.run_dir)
+        where = run.results_dir if st.committed and run.results_dir else run.run_dir
+        pace = mean_iteration_s(where)
         if pace is not None:
-            paces.setdefault(point(run), []).append(pace)
+            logged.append((point(run), pace, here is not None and ran_on(where, here)))
+    this_machine = any(ran_here for *_, ran_here in logged)
+    paces: dict[tuple, list[float]] = {}
+    for key, pace, ran_here in logged:
+        if ran_here or not this_machine:
+            paces.setdefault(key, []).append(pace)
     timed = [x for xs in paces.values() for x in xs]
     if not timed:
         return None
@@ -122,7 +145,7 @@ def time_left(runs: list[RunSpec], states: dict[str, RunState], parallel: int) -
         pace = sum(own) / len(own) if own else sum(timed) / len(timed)
         i = slots.index(min(slots))
         slots[i] += left * pace
-    return TimeLeft(max(slots), len(timed))
+    return TimeLeft(max(slots), len(timed), this_machine)
 
 
 def has_checkpoint(run_dir: Path) -> bool:
