@@ -725,9 +725,11 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     assert study.final_window == 2
     hf, vl = study.runs
     avx2 = {"cpu": "AMD EPYC", "cpu_native_bf16": False, "gpu": None, "torch": "torch 2.13.0+cpu"}
+    # well-formed 0.5 0.6 | 1.0 0.9 1.0: the lowest after the first window (2 iterations) is 0.9
     fake_run(hf.run_dir, 5, checkpoint=True, config={"_machine": avx2}, rewards=[0.2, -0.1, -0.095, 0.5, 0.7],
              extra={i: {"train/kept_frac": 0.9, "train/prob_diff_mean": 0.002, "train/entropy": 1.0 - i / 10,
-                        "train/mismatch_mean": 0.001 * i, "train/ratio_max": 1.0 + i % 3} for i in range(5)})
+                        "train/mismatch_mean": 0.001 * i, "train/ratio_max": 1.0 + i % 3,
+                        "rollout/well_formed_rate": [0.5, 0.6, 1.0, 0.9, 1.0][i]} for i in range(5)})
     fake_run(vl.run_dir, 5, checkpoint=True, rewards=[0.1, 0.1, 0.3, 0.2, -0.1])
     code, _, err = run_cli(str(path), "--report")
     assert code == 0, err
@@ -744,15 +746,17 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     assert float(by["hf"]["mismatch_mean"]) == pytest.approx(0.002) and by["vllm"]["mismatch_mean"] == ""
     assert float(by["hf"]["entropy_final"]) == pytest.approx(0.65) and by["vllm"]["entropy_final"] == ""
     assert float(by["hf"]["ratio_max"]) == 3.0 and by["vllm"]["ratio_max"] == ""
+    assert float(by["hf"]["well_formed_min"]) == 0.9 and by["vllm"]["well_formed_min"] == ""
     assert by["hf"]["machine"] == "AMD EPYC (no native bf16), torch 2.13.0+cpu"
     assert by["vllm"]["machine"] == "not recorded"  # a config.json without _machine (runs before it existed)
     assert (tmp_path / "out" / "entropy.png").stat().st_size > 5000
     assert by["hf"]["iterations"] == "5" and by["hf"]["seed"] == "0"
     md = (tmp_path / "out" / "summary.md").read_text()
-    # lowest reward, runs at the floor, iterations at the floor, mismatch, final entropy, largest pi/mu
+    # lowest reward, runs at the floor, iterations at the floor, lowest well-formed rate, mismatch, final
+    # entropy, largest pi/mu
     row = "| `tiny-qwen3` | `game:GuessTheNumber-v0-easy` | dppo_binary_tv | {} | 1 | -0.100 | 1/1 | {} |"
-    assert row.format("hf", "2.0 | 0.002 | 0.65 | 3") in md
-    assert row.format("vllm", "1.0 | - | - | -") in md
+    assert row.format("hf", "2.0 | 0.900 | 0.002 | 0.65 | 3") in md
+    assert row.format("vllm", "1.0 | - | - | - | -") in md
     assert "AMD EPYC (no native bf16), torch 2.13.0+cpu: 1 run; not recorded: 1 run" in md
 
 

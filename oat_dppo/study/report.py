@@ -15,6 +15,7 @@ collapsed to the environment's format-failure floor, the entropy's minimum and i
 final window, the largest pi/mu trained on, the mean of train/mismatch_mean (|pi - mu| before
 the update's first optimizer step: the mismatch alone, where train/prob_diff_mean also holds the
 policy's drift over the update's later steps), the success rate over the first and the final window,
+the lowest well-formed rate after the first window (a dip of the format short of the floor),
 and what the run says at the end: its most common response and the reward that saying it in every
 turn earns in the run's environment (`constant_policy`).
 
@@ -51,10 +52,12 @@ ENTROPY = "train/entropy"
 PRE_UPDATE_MISMATCH = "train/mismatch_mean"
 RATIO_MAX = "train/ratio_max"
 SUCCESS = "rollout/success_rate"
+WELL_FORMED = "rollout/well_formed_rate"
 # An iteration is "collapsed" when its mean reward is within this of the format-failure floor (all
 # or nearly all episodes failed to write a parseable action).
 COLLAPSE_MARGIN = 0.01
-SIGNIFICANCE_METRICS = {"final": "final reward", "lowest": "lowest reward", "collapsed": "iterations at the floor"}
+SIGNIFICANCE_METRICS = {"final": "final reward", "lowest": "lowest reward", "collapsed": "iterations at the floor",
+                        "well_formed_min": "lowest well-formed rate (after the first window)"}
 # (file stem, metric, what it shows, log y-axis: for values that fall by orders of magnitude)
 FIGURES = (("reward", REWARD, "reward (rollout/reward_mean)", False),
            ("kept", KEPT, "kept fraction (train/kept_frac)", False),
@@ -96,6 +99,9 @@ class RunResult:
     final_response_reward: float = math.nan  # the env's reward for saying final_response every turn
     success_first: float = math.nan  # mean rollout/success_rate over the first final window
     success_final: float = math.nan  # ... and over the final window
+    # the lowest rollout/well_formed_rate after the first final window: a dip of the format short of
+    # the floor, once the policy has learned it (the first window holds the untrained model's misses)
+    well_formed_min: float = math.nan
 
 
 def _finite(table: MetricTable, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -118,6 +124,7 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
     _, ent = _finite(table, ENTROPY)
     _, ratios = _finite(table, RATIO_MAX)
     _, success = _finite(table, SUCCESS)
+    _, well_formed = _finite(table, WELL_FORMED)
     return RunResult(
         run=run,
         iterations=len(table),
@@ -137,6 +144,7 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
         ratio_max=float(np.max(ratios)) if len(ratios) else math.nan,
         success_first=_mean(success[:final_window]),
         success_final=_mean(success[-final_window:]),
+        well_formed_min=float(np.min(well_formed[final_window:])) if len(well_formed) > final_window else math.nan,
     )
 
 
@@ -313,20 +321,22 @@ def markdown_table(groups: Sequence[Group], threshold: float | None) -> str:
 
 def stability_table(groups: Sequence[Group]) -> str:
     """Per row, what collapse and the mismatch look like over its seeds: the lowest reward, how many
-    runs (and iterations) sat at the format-failure floor, the engine's mismatch alone, the entropy
+    runs (and iterations) sat at the format-failure floor, the lowest share of well-formed turns once
+    the format was learned (a dip short of the floor), the engine's mismatch alone, the entropy
     left at the end, the largest pi/mu any seed trained on, and how often a turn repeats the
     response before it at the end (`set_final_responses`)."""
     extra_keys = list(groups[0].extra) if groups else []
     cols = ["model", "env", "trust region", *extra_keys, "seeds", "lowest reward", "runs at the floor",
-            "iterations at the floor", "mismatch \\|π − μ\\| (before the update)", "entropy (final)",
-            "largest π/μ (any seed)", "repeated responses (final)"]
+            "iterations at the floor", "lowest well-formed rate (after the first window)",
+            "mismatch \\|π − μ\\| (before the update)", "entropy (final)", "largest π/μ (any seed)",
+            "repeated responses (final)"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for g in groups:
         at_floor = sum(r.collapsed > 0 for r in g.results)
         largest = max((r.ratio_max for r in g.results if math.isfinite(r.ratio_max)), default=math.nan)
         row = [f"`{g.model}`", f"`{g.env}`", g.trust_region, *g.extra.values(), _seeds(g), cell(g, "lowest"),
                f"{at_floor}/{len(g.results)}" if g.results else "-", cell(g, "collapsed"),
-               cell(g, "engine_mismatch"), cell(g, "entropy_final"), _num(largest, "ratio_max"),
+               cell(g, "well_formed_min"), cell(g, "engine_mismatch"), cell(g, "entropy_final"), _num(largest, "ratio_max"),
                cell(g, "repeat_rate")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
@@ -374,7 +384,7 @@ RUN_CSV_COLUMNS = ("name", "model", "env", "engine", "trust_region", "seed", "it
                    "min_reward", "collapsed_iterations", "kept_frac_mean", "prob_diff_mean", "entropy_min",
                    "eval_reward", "mismatch_mean", "entropy_final", "ratio_max", "machine", "final_response",
                    "final_response_share", "repeat_rate_final", "final_response_reward", "success_first",
-                   "success_final")
+                   "success_final", "well_formed_min")
 
 
 def format_failure_floor(run: RunSpec) -> float:
@@ -400,7 +410,7 @@ def runs_csv_text(groups: Sequence[Group]) -> str:
                         num(res.entropy_min), num(res.eval), num(res.engine_mismatch), num(res.entropy_final),
                         num(res.ratio_max), res.machine, res.final_response, num(res.final_response_share),
                         num(res.repeat_rate), num(res.final_response_reward), num(res.success_first),
-                        num(res.success_final), *[g.extra[k] for k in extra_keys]])
+                        num(res.success_final), num(res.well_formed_min), *[g.extra[k] for k in extra_keys]])
     return buf.getvalue()
 
 
@@ -454,8 +464,9 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
         "",
         markdown_table(groups, thr),
         "Stability: the **lowest reward** of a run (mean ± std over seeds); the **runs** and the **iterations** "
-        "(per run) whose mean reward sits at the environment's format-failure floor (collapse); the engine's "
-        "**mismatch** alone (mean `train/mismatch_mean`: |π − μ| before an update's first optimizer step); the "
+        "(per run) whose mean reward sits at the environment's format-failure floor (collapse); the **lowest "
+        f"well-formed rate** (`rollout/well_formed_rate`) after the first {study.final_window} iterations: a dip "
+        "of the format short of the floor, once the policy has learned it; the engine's **mismatch** alone (mean `train/mismatch_mean`: |π − μ| before an update's first optimizer step); the "
         f"**entropy** over a run's last {study.final_window} iterations (near 0: the policy turned "
         "deterministic); the **largest π/μ** of any token trained on (masked or clipped ones included); the "
         "share of an episode's turns whose response **repeats** the turn before's word for word, in the sample "
