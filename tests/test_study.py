@@ -671,8 +671,11 @@ def test_report_numbers_from_synthetic_metrics(tmp_path):
             "2.0 (1/2) | 0.300 ± 0.120 | 0.800 ± 0.100 | 0.03 ± 0.01 | 0.700 |") in md
     assert "| chatml | `tiny-qwen3` | `rg:arc_1d` | dppo_binary_tv | 1/2 | 4 | 0.500 | 1.000 | 0.0 | 0.500 | 0.700 | - | - |" in md
     # stability: ppo_clip s1 sits at arc_1d's floor (reward 0) in 2 iterations, s0 in none
-    assert "| `tiny-qwen3` | `rg:arc_1d` | ppo_clip | 2 | 0.050 ± 0.050 | 1/2 | 1.0 ± 1.0 | - | - | - |" in md
-    assert "| `tiny-qwen3` | `rg:arc_1d` | dppo_binary_tv | 1/2 | 0.200 | 0/1 | 0.0 | - | - | - |" in md
+    # (final reward, what its final answer earns: no episodes logged, lowest, runs / iterations at the floor,
+    # well-formed per seed, kept, mismatch, drift)
+    assert ("| `tiny-qwen3` | `rg:arc_1d` | ppo_clip | 2 | 0.400 ± 0.200 | - | 0.050 ± 0.050 | 1/2 | 1.0 ± 1.0 | "
+            "-, - | 0.800 ± 0.100 | - | 0.03 ± 0.01 |") in md
+    assert "| `tiny-qwen3` | `rg:arc_1d` | dppo_binary_tv | 1/2 | 0.500 | - | 0.200 | 0/1 | 0.0 | - | 0.700 | - | - |" in md
     assert "No metrics yet (1): `tiny-qwen3__rg_arc_1d__dppo_binary_tv__s1`" in md
     assert "Unfinished (1; in the table with the iterations they have, left out of the tests): " \
            "`tiny-qwen3__rg_arc_1d__dppo_binary_tv__s0` (4/5)" in md
@@ -752,11 +755,11 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     assert (tmp_path / "out" / "entropy.png").stat().st_size > 5000
     assert by["hf"]["iterations"] == "5" and by["hf"]["seed"] == "0"
     md = (tmp_path / "out" / "summary.md").read_text()
-    # lowest reward, runs at the floor, iterations at the floor, lowest well-formed rate, mismatch, final
-    # entropy, largest pi/mu
-    row = "| `tiny-qwen3` | `game:GuessTheNumber-v0-easy` | dppo_binary_tv | {} | 1 | -0.100 | 1/1 | {} |"
-    assert row.format("hf", "2.0 | 0.900 | 0.002 | 0.65 | 3") in md
-    assert row.format("vllm", "1.0 | - | - | - | -") in md
+    # final reward, what its answer earns (no episodes), lowest reward, runs at the floor, iterations at the
+    # floor, lowest well-formed rate per seed, kept, mismatch, drift, final entropy, largest pi/mu
+    row = "| `tiny-qwen3` | `game:GuessTheNumber-v0-easy` | dppo_binary_tv | {} | 1 | {} | - | -0.100 | 1/1 | {} |"
+    assert row.format("hf", "0.600", "2.0 | 0.90 | 0.900 | 0.002 | 0.002 | 0.65 | 3") in md
+    assert row.format("vllm", "0.050", "1.0 | - | - | - | - | - | -") in md
     assert "AMD EPYC (no native bf16), torch 2.13.0+cpu: 1 run; not recorded: 1 run" in md
 
 

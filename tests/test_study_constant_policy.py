@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
 
 import pytest
 
@@ -14,6 +15,7 @@ from oat_dppo.config import TrainConfig
 from oat_dppo.envs import get_preset
 from oat_dppo.study import load_study
 from oat_dppo.study.constant_policy import constant_response_reward
+from oat_dppo.study.report import Group, RunResult, settled_runs, settled_text
 
 GTN = "game:GuessTheNumber-v0-easy"
 
@@ -83,5 +85,34 @@ iterations = 4
     assert float(row["final_response_reward"]) == pytest.approx(repeat_worth(5), abs=0.015)
     assert float(row["success_first"]) == pytest.approx(0.2) and float(row["success_final"]) == pytest.approx(0.075)
     worth = f"{float(row['final_response_reward']):.3f}"
-    assert f"| `\\boxed{{5}}!` | 1.00 | 1.000 | {worth} | 0.710 | 0.200 → 0.075 |" in (
-        tmp_path / "out" / "summary.md").read_text()
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert f"| `\\boxed{{5}}!` | 1.00 | 1.000 | {worth} | 0.710 | 0.200 → 0.075 |" in md
+    gap = 0.71 - float(row["final_response_reward"])
+    # one settled run: its gap, no spread, no correlation
+    assert f"final turns): 1 run. Final reward minus what saying that response every turn earns: {gap:+.3f} ± 0.000" in md
+    assert "Pearson" not in md
+
+
+def _result(final: float, share: float, worth: float) -> RunResult:
+    return RunResult(run=None, iterations=30, final=final, best=final, reach=math.nan, auc=final, kept=1.0,
+                     mismatch=math.nan, eval=math.nan, lowest=0.1, collapsed=0, entropy_min=0.0,
+                     engine_mismatch=math.nan, final_response="\\boxed{5}", final_response_share=share,
+                     final_response_reward=worth)
+
+
+def test_settled_runs_compare_final_reward_with_what_their_answer_earns():
+    """Only runs whose most common response holds >= 95% of the final turns count; gap = final - worth;
+    r: Pearson's over those runs."""
+    a = Group("chatml", "m", GTN, "pg_is", {}, results=[_result(0.60, 1.0, 0.65), _result(0.73, 0.95, 0.72)])
+    b = Group("chatml", "m", GTN, "ppo_clip", {}, results=[_result(0.66, 1.0, 0.70), _result(0.9, 0.3, 0.70),
+                                                          _result(0.5, 1.0, math.nan)])
+    settled = settled_runs([a, b])
+    gaps = [0.60 - 0.65, 0.73 - 0.72, 0.66 - 0.70]  # the 0.3-share run and the one with no worth are left out
+    assert settled.runs == 3
+    assert settled.gap.mean == pytest.approx(sum(gaps) / 3) and settled.gap.std == pytest.approx(statistics.pstdev(gaps))
+    assert (settled.gap_min, settled.gap_max) == (pytest.approx(-0.05), pytest.approx(0.01))
+    assert settled.r == pytest.approx(statistics.correlation([0.60, 0.73, 0.66], [0.65, 0.72, 0.70]))
+    assert "Pearson r of the two over the runs: 0.9" in settled_text(settled)
+    assert settled_runs([b], share=1.01) is None and settled_text(None) == ""
+    # two runs: no correlation to speak of
+    assert math.isnan(settled_runs([a]).r)

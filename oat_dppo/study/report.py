@@ -19,6 +19,10 @@ the lowest well-formed rate after the first window (a dip of the format short of
 and what the run says at the end: its most common response and the reward that saying it in every
 turn earns in the run's environment (`constant_policy`).
 
+`summary.md` also says how many runs settled on one answer (their most common final response holds
+`SETTLED_SHARE` of the final turns) and how their final reward compares with what that answer earns
+(`settled_runs`: the gap's mean, spread and range, and Pearson's r).
+
 Runs are grouped by model family, model, env, trust region and any other option the grid varies;
 the seeds of a group give mean and population std (ddof 0, as the figures' bands).
 """
@@ -319,27 +323,82 @@ def markdown_table(groups: Sequence[Group], threshold: float | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def per_seed(g: Group, metric: str, digits: int = 2) -> str:
+    """A metric's value for each seed of a row, in seed order ("1.00, 0.93, -"): for a minimum, whose
+    mean over seeds hides the one run that dipped."""
+    if not g.results:
+        return "-"
+    values = [getattr(r, metric) for r in sorted(g.results, key=lambda r: r.run.seed)]
+    return ", ".join(f"{v:.{digits}f}" if math.isfinite(v) else "-" for v in values)
+
+
 def stability_table(groups: Sequence[Group]) -> str:
-    """Per row, what collapse and the mismatch look like over its seeds: the lowest reward, how many
-    runs (and iterations) sat at the format-failure floor, the lowest share of well-formed turns once
-    the format was learned (a dip short of the floor), the engine's mismatch alone, the entropy
-    left at the end, the largest pi/mu any seed trained on, and how often a turn repeats the
+    """Per row, what collapse and the mismatch look like over its seeds: the final reward beside what
+    saying the final answer in every turn earns (a policy settled on one answer earns about that),
+    the lowest reward, how many runs (and iterations) sat at the format-failure floor, each seed's
+    lowest share of well-formed turns once the format was learned (a dip short of the floor), the
+    kept fraction, the engine's mismatch alone beside the drift over an update (mismatch + drift), the
+    entropy left at the end, the largest pi/mu any seed trained on, and how often a turn repeats the
     response before it at the end (`set_final_responses`)."""
     extra_keys = list(groups[0].extra) if groups else []
-    cols = ["model", "env", "trust region", *extra_keys, "seeds", "lowest reward", "runs at the floor",
-            "iterations at the floor", "lowest well-formed rate (after the first window)",
-            "mismatch \\|π − μ\\| (before the update)", "entropy (final)", "largest π/μ (any seed)",
-            "repeated responses (final)"]
+    cols = ["model", "env", "trust region", *extra_keys, "seeds", "final reward",
+            "saying its final answer every turn earns", "lowest reward", "runs at the floor",
+            "iterations at the floor", "lowest well-formed rate (after the first window), per seed", "kept frac",
+            "mismatch \\|π − μ\\| (before the update)", "drift \\|π − μ\\| (over the update)", "entropy (final)",
+            "largest π/μ (any seed)", "repeated responses (final)"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for g in groups:
         at_floor = sum(r.collapsed > 0 for r in g.results)
         largest = max((r.ratio_max for r in g.results if math.isfinite(r.ratio_max)), default=math.nan)
-        row = [f"`{g.model}`", f"`{g.env}`", g.trust_region, *g.extra.values(), _seeds(g), cell(g, "lowest"),
+        row = [f"`{g.model}`", f"`{g.env}`", g.trust_region, *g.extra.values(), _seeds(g), cell(g, "final"),
+               cell(g, "final_response_reward"), cell(g, "lowest"),
                f"{at_floor}/{len(g.results)}" if g.results else "-", cell(g, "collapsed"),
-               cell(g, "well_formed_min"), cell(g, "engine_mismatch"), cell(g, "entropy_final"), _num(largest, "ratio_max"),
-               cell(g, "repeat_rate")]
+               per_seed(g, "well_formed_min"), cell(g, "kept"), cell(g, "engine_mismatch"), cell(g, "mismatch"),
+               cell(g, "entropy_final"), _num(largest, "ratio_max"), cell(g, "repeat_rate")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+# A run "settled" on one answer when its most common response is at least this share of its final turns.
+SETTLED_SHARE = 0.95
+
+
+@dataclass
+class Settled:
+    """The runs that settled on one answer, and how their final reward compares with what saying that
+    answer in every turn earns: gap = final - final_response_reward per run; r = Pearson's
+    correlation of the two over the runs (NaN under 3 runs or with no spread)."""
+    runs: int
+    gap: Stat
+    gap_min: float
+    gap_max: float
+    r: float
+
+
+def settled_runs(groups: Sequence[Group], share: float = SETTLED_SHARE) -> Settled | None:
+    """`Settled` over the runs whose final response holds `share` of their final turns and has a
+    finite worth; None when there are none."""
+    pairs = [(r.final, r.final_response_reward) for g in groups for r in g.results
+             if r.final_response_share >= share and math.isfinite(r.final_response_reward) and math.isfinite(r.final)]
+    if not pairs:
+        return None
+    final, worth = np.array(pairs).T  # [runs] each
+    gap = final - worth
+    spread = len(pairs) >= 3 and np.std(final) > 0 and np.std(worth) > 0
+    r = float(np.corrcoef(final, worth)[0, 1]) if spread else math.nan
+    return Settled(len(pairs), Stat.of(gap), float(gap.min()), float(gap.max()), r)
+
+
+def settled_text(settled: Settled | None, share: float = SETTLED_SHARE) -> str:
+    if settled is None:
+        return ""
+    g = settled.gap
+    text = (f"Settled on one answer (the most common response is at least {share:.0%} of a run's final turns): "
+            f"{settled.runs} run{'s' * (settled.runs != 1)}. Final reward minus what saying that response every turn earns: "
+            f"{g.mean:+.3f} ± {g.std:.3f} ({settled.gap_min:+.3f} to {settled.gap_max:+.3f})")
+    if math.isfinite(settled.r):
+        text += f"; Pearson r of the two over the runs: {settled.r:.2f}"
+    return text + ".\n"
 
 
 CSV_METRICS = {
@@ -463,10 +522,15 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
         "- **eval reward** (when runs evaluated): the last `eval/reward_mean`",
         "",
         markdown_table(groups, thr),
-        "Stability: the **lowest reward** of a run (mean ± std over seeds); the **runs** and the **iterations** "
-        "(per run) whose mean reward sits at the environment's format-failure floor (collapse); the **lowest "
-        f"well-formed rate** (`rollout/well_formed_rate`) after the first {study.final_window} iterations: a dip "
-        "of the format short of the floor, once the policy has learned it; the engine's **mismatch** alone (mean `train/mismatch_mean`: |π − μ| before an update's first optimizer step); the "
+        "Stability: the **final reward** beside what **saying its final answer every turn earns** (the run's "
+        "most common final response played in every turn of its environment, below: a policy settled on one "
+        "answer earns about that); the **lowest reward** of a run (mean ± std over seeds); the **runs** and the "
+        "**iterations** (per run) whose mean reward sits at the environment's format-failure floor (collapse); "
+        f"each seed's **lowest well-formed rate** (`rollout/well_formed_rate`) after the first "
+        f"{study.final_window} iterations: a dip of the format short of the floor, once the policy has learned "
+        "it; the **kept** fraction; the engine's **mismatch** alone (mean `train/mismatch_mean`: |π − μ| before "
+        "an update's first optimizer step) beside the **drift** over the update (mean `train/prob_diff_mean`: "
+        "the mismatch plus how far π moves over the update's steps); the "
         f"**entropy** over a run's last {study.final_window} iterations (near 0: the policy turned "
         "deterministic); the **largest π/μ** of any token trained on (masked or clipped ones included); the "
         "share of an episode's turns whose response **repeats** the turn before's word for word, in the sample "
@@ -483,7 +547,7 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
                   f"reward over the env's episodes from seeds 0-{EPISODES - 1}, `oat_dppo.study.constant_policy`: "
                   "a final reward near it is a policy that settled on one answer, not one that learned the "
                   "game), beside the run's final reward; the success rate over its first and last "
-                  f"{study.final_window} iterations.", "", said]
+                  f"{study.final_window} iterations.", "", said, settled_text(settled_runs(groups))]
     comps = significance.comparisons(groups, SIGNIFICANCE_METRICS)
     if comps:
         lines += [
