@@ -13,6 +13,8 @@ Any class (or factory) with the gymnasium text API works as `--env package.modul
   reply (with any `--response-prefix`); the reward is the turn's. The adapter adds the history of
   observations, the instruction text, `well_formed` (a `\boxed{}` answer is present) and the
   `--max-turns` limit, so the environment only states its rules.
+* `format_failure_reward` (a class attribute, optional): the reward of a reply without a parseable
+  action. Study reports count an iteration whose mean reward sits there as collapsed (default 0).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ _BOXED_INT = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}")
 class HigherLower:
     """Guess a secret integer in [1, `high`] in at most `max_turns` guesses; reward 1 on a hit,
     -0.1 for a reply without a `\\boxed{N}` guess (which ends the episode, as GEM's games do)."""
+
+    format_failure_reward = -0.1
 
     def __init__(self, seed: int = 0, high: int = 20, max_turns: int = 5):
         self.high, self.max_turns = high, max_turns
@@ -42,7 +46,7 @@ class HigherLower:
         self._turn += 1
         found = _BOXED_INT.findall(action)
         if not found:
-            return "No guess found.", -0.1, True, False, {}
+            return "No guess found.", self.format_failure_reward, True, False, {}
         guess = int(found[-1])
         if guess == self._secret:
             return f"{guess} is right!", 1.0, True, False, {"success": True}

@@ -66,3 +66,7 @@ def test_the_custom_environment_example_runs_as_documented():
     env.reset(seed=1)
     _, reward, done, _, info = env.step("no guess")
     assert (reward, done, info["well_formed"]) == (-0.1, True, False)
+    # the reward it declares for that is the preset's format-failure floor (study reports: collapse)
+    assert get_preset("oat_dppo_envs.custom_example:HigherLower").format_failure_reward == -0.1
+    assert get_preset("oat_dppo_envs.smoke:Digits").format_failure_reward == 0.0  # declares none
+    assert get_preset("oat_dppo_envs.no_such_module:Env").format_failure_reward == 0.0  # make_env says why

@@ -55,7 +55,22 @@ def get_preset(env_id: str) -> EnvPreset:
     return replace(
         EnvPreset(env_id, "import", multi_turn=True, max_turns=DEFAULT_MAX_TURNS),
         obs_prefix="", obs_suffix="", isolate_step_rng=True,
+        format_failure_reward=_declared_format_failure_reward(env_id),
     )
+
+
+def _declared_format_failure_reward(env_id: str) -> float:
+    """An imported env's `format_failure_reward` attribute (the reward of a reply without a parseable
+    action, which study reports count as collapse), else 0. Imports the env's module, as `make_env`
+    does; an id that names nothing gets 0 here and its error from `make_env`."""
+    from oat_dppo.envs.errors import UnknownEnvError
+    from oat_dppo.envs.registry import load_factory  # registry imports this module
+
+    try:
+        factory = load_factory(env_id)
+    except UnknownEnvError:
+        return 0.0
+    return float(getattr(factory, "format_failure_reward", 0.0))
 
 
 def _gem_entry_point(env_id: str) -> str:

@@ -81,7 +81,8 @@ def _check_constructor_options(env_id: str, spec: Any, kwargs: dict[str, Any]) -
                              f"{', '.join(sorted(named - {'self', 'seed'}))} (GEM would ignore the rest silently)")
 
 
-def _load_factory(env_id: str) -> Callable[..., Any]:
+def load_factory(env_id: str) -> Callable[..., Any]:
+    """The class or factory that `package.module:Name` names (an `UnknownEnvError` when nothing is there)."""
     module_name, _, attr_path = env_id.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -100,7 +101,7 @@ def _load_factory(env_id: str) -> Callable[..., Any]:
 
 
 def _make_user_env(env_id: str, seed: int, kwargs: dict[str, Any]) -> Any:
-    factory = _load_factory(env_id)
+    factory = load_factory(env_id)
     if _accepts(factory, "seed"):
         kwargs = {"seed": seed, **kwargs}
     env = factory(**kwargs)
