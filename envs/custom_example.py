@@ -5,8 +5,8 @@ r"""How to write your own text environment: a worked example, runnable as it is.
 
 Any class (or factory) with the gymnasium text API works as `--env package.module:Name`:
 
-* `__init__(seed=..., **options)`: `seed` is passed when the constructor takes it; other options
-  come from `make_env(..., key=value)`.
+* `__init__(seed=..., **options)`: `seed` is passed when the constructor takes it, and so is
+  `max_turns` when `--max-turns` is given; other options come from `--env-option key=value`.
 * `reset(seed=None) -> (observation, info)`: the agent loop passes an explicit seed for every
   episode (episodes of a `--group-size` group share it): draw everything random from it.
 * `step(action) -> (observation, reward, terminated, truncated, info)`: `action` is the model's
@@ -39,8 +39,10 @@ class HigherLower:
     def reset(self, seed: int | None = None):
         self._rng = random.Random(seed)
         self._secret, self._turn = self._rng.randint(1, self.high), 0
+        example = self._rng.randint(1, self.high)  # a number, not "N": small models copy the example
         return (f"I have chosen an integer between 1 and {self.high}. Guess it in at most {self.max_turns} "
-                "turns; after each guess I say higher or lower. Answer with \\boxed{N}."), {}
+                f"turns; after each guess I say higher or lower. Write your guess in \\boxed{{}}, for example "
+                f"\\boxed{{{example}}}."), {}
 
     def step(self, action: str):
         self._turn += 1

@@ -5,6 +5,7 @@ installs it."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import oat_dppo_envs
@@ -59,7 +60,7 @@ def test_a_tiny_model_gets_gradients_on_smoke_digits(tmp_path):
 def test_the_custom_environment_example_runs_as_documented():
     env = make_env("oat_dppo_envs.custom_example:HigherLower", seed=0)
     obs, _ = env.reset(seed=1)
-    assert "\\boxed{N}" in obs
+    assert "\\boxed{}" in obs
     secret = env.unwrapped._secret
     _, reward, done, _, info = env.step(f"\\boxed{{{secret}}}")
     assert (reward, done, info["well_formed"], info["success"]) == (1.0, True, True, True)
@@ -68,5 +69,10 @@ def test_the_custom_environment_example_runs_as_documented():
     assert (reward, done, info["well_formed"]) == (-0.1, True, False)
     # the reward it declares for that is the preset's format-failure floor (study reports: collapse)
     assert get_preset("oat_dppo_envs.custom_example:HigherLower").format_failure_reward == -0.1
+    # --max-turns moves the env's own limit too, and the prompt says it; the example is a number
+    env = make_env("oat_dppo_envs.custom_example:HigherLower", seed=0, max_turns=4, high=10)
+    obs, _ = env.reset(seed=2)
+    assert env.unwrapped.max_turns == 4 and "at most 4 turns" in obs and "between 1 and 10" in obs
+    assert "\\boxed{N}" not in obs and re.search(r"for example \\boxed\{\d+\}", obs)
     assert get_preset("oat_dppo_envs.smoke:Digits").format_failure_reward == 0.0  # declares none
     assert get_preset("oat_dppo_envs.no_such_module:Env").format_failure_reward == 0.0  # make_env says why

@@ -100,10 +100,12 @@ def load_factory(env_id: str) -> Callable[..., Any]:
     return obj
 
 
-def _make_user_env(env_id: str, seed: int, kwargs: dict[str, Any]) -> Any:
+def _make_user_env(env_id: str, seed: int, kwargs: dict[str, Any], max_turns: int | None) -> Any:
     factory = load_factory(env_id)
     if _accepts(factory, "seed"):
         kwargs = {"seed": seed, **kwargs}
+    if max_turns is not None and _accepts(factory, "max_turns"):  # its own limit (and prompt) moves too
+        kwargs = {**kwargs, "max_turns": int(max_turns)}
     env = factory(**kwargs)
     if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
         raise TypeError(f"{env_id!r} built a {type(env).__name__}, which has no reset()/step()")
@@ -264,9 +266,9 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
             dataset = procedural_math_dataset(seed=data_seed, size=size, tasks=tasks, **env_kwargs)
             inner = make_math_env(dataset, data_seed=data_seed, use_mp=math_options["use_mp"])
         elif own:
-            inner = _make_user_env(preset.factory, seed, env_kwargs)
+            inner = _make_user_env(preset.factory, seed, env_kwargs, max_turns)
         elif family == "import":
-            inner = _make_user_env(env_id, seed, env_kwargs)
+            inner = _make_user_env(env_id, seed, env_kwargs, max_turns)
         else:
             inner = _make_gem_env(env_id, spec, data_seed, env_kwargs, math_options)
 
