@@ -368,6 +368,7 @@ class Settled:
     """The runs that settled on one answer, and how their final reward compares with what saying that
     answer in every turn earns: gap = final - final_response_reward per run; r = Pearson's
     correlation of the two over the runs (NaN under 3 runs or with no spread)."""
+    share: float  # the least share of the final turns that counts as settled
     runs: int
     gap: Stat
     gap_min: float
@@ -386,14 +387,14 @@ def settled_runs(groups: Sequence[Group], share: float = SETTLED_SHARE) -> Settl
     gap = final - worth
     spread = len(pairs) >= 3 and np.std(final) > 0 and np.std(worth) > 0
     r = float(np.corrcoef(final, worth)[0, 1]) if spread else math.nan
-    return Settled(len(pairs), Stat.of(gap), float(gap.min()), float(gap.max()), r)
+    return Settled(share, len(pairs), Stat.of(gap), float(gap.min()), float(gap.max()), r)
 
 
-def settled_text(settled: Settled | None, share: float = SETTLED_SHARE) -> str:
+def settled_text(settled: Settled | None) -> str:
     if settled is None:
         return ""
     g = settled.gap
-    text = (f"Settled on one answer (the most common response is at least {share:.0%} of a run's final turns): "
+    text = (f"Settled on one answer (the most common response is at least {settled.share:.0%} of a run's final turns): "
             f"{settled.runs} run{'s' * (settled.runs != 1)}. Final reward minus what saying that response every turn earns: "
             f"{g.mean:+.3f} ± {g.std:.3f} ({settled.gap_min:+.3f} to {settled.gap_max:+.3f})")
     if math.isfinite(settled.r):
