@@ -5,6 +5,14 @@ The trust region (`oat_dppo.trust_region`) is pure torch and the public contract
 """
 
 import logging
+import os
+
+# A torch project: transformers must never import TensorFlow. Oat's launchpad brings TensorFlow into the
+# Oat environment (its courier RPC links libtensorflow_framework; .venv-oat installs tensorflow-cpu
+# without the Keras/opt_einsum stack it does not use), and transformers 4.51 imports any TensorFlow it
+# finds, which then fails on the missing pieces. Set before anything imports transformers; launchpad's
+# node processes inherit it. A user's explicit USE_TF wins.
+os.environ.setdefault("USE_TF", "0")
 
 __version__ = "0.2.0"
 

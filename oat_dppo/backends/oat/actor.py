@@ -29,6 +29,7 @@ from oat.algorithms.ppo import PPOActor
 from vllm.lora.request import LoRARequest
 
 from oat_dppo.agent import EVAL_KEYS, PromptFormat, assign_advantages, episode_metrics, play_episodes
+from oat_dppo.backends.oat import cpu
 from oat_dppo.backends.oat.args import to_train_config
 from oat_dppo.backends.oat.data import DPPOTransitionData, transition_from_turn
 from oat_dppo.components import build_envs, build_trust_region, resolve_template
@@ -39,6 +40,21 @@ from oat_dppo.trust_region import requirements
 
 # Rounds of episodes one step may play before it gives up (every episode failing is a broken env).
 MAX_ROUNDS = 8
+
+cpu.apply()  # in the actor's node process: Oat's CUDA-only lines on a machine without CUDA (no-op with CUDA)
+
+
+def _weights_checksum(worker) -> str:
+    """Runs inside vLLM's worker: a digest of every parameter of the model it samples from."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for name, p in sorted(worker.model_runner.model.named_parameters()):
+        h.update(name.encode())
+        h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 class DPPOActor(PPOActor):
@@ -83,6 +99,17 @@ class DPPOActor(PPOActor):
             return self.llm.generate(prompts, sampling_params=params, lora_request=lora, use_tqdm=False)
         finally:
             self.generate_mode = False
+
+    def sync_probe(self, prompt_ids: list[int], response_ids: list[int]) -> tuple[list[float], str]:
+        """(log mu of each response token given the prompt, a digest of vLLM's weights): what the
+        learner's --check-sync compares with its own log-probs around a weight sync."""
+        params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+        out = self.llm.generate([{"prompt_token_ids": prompt_ids + response_ids}], sampling_params=params,
+                                use_tqdm=False)[0]
+        positions = range(len(prompt_ids), len(prompt_ids) + len(response_ids))
+        logps = [float(out.prompt_logprobs[i][tok].logprob) for i, tok in zip(positions, response_ids)]
+        digests = self.llm.collective_rpc(_weights_checksum)
+        return logps, "/".join(digests)
 
     # -- environments ------------------------------------------------------------------------------------
     def _envs_for(self, n: int, *, for_eval: bool) -> list:

@@ -128,7 +128,13 @@ OWN_HELP: dict[str, str] = {
                            "--lora-rank: DeepSpeed 0.16.8 partitions the frozen LM head again before the recompute "
                            "(deepspeedai/DeepSpeed#8148).",
     "vllm_max_logprobs": "vLLM's max_logprobs (top-K strategies record K log-probs per token; default max(20, K)).",
+    "check_sync": "After every weight sync, check it (learner rank 0, one sequence of the round): the first "
+                  "actor's log-probs of the sequence's response before and after the sync against the learner's, "
+                  "and whether the actor's weights changed; logged as sync/... Default: on without CUDA (the CPU "
+                  "verification run), off on GPUs. Not with --zero-stage 3.",
 }
+#: Options of this backend alone (no local counterpart): name -> type (default None).
+OAT_ONLY_OWN: dict[str, Any] = {"vllm_max_logprobs": int, "check_sync": bool}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,8 +213,10 @@ def _build(base: type | None) -> type:
             refused, why = LOCAL_ONLY[f.name]
             help_ = f"[local backend only: {'refused' if refused else 'ignored'} here: {why}] " + help_
         spec.append((f.name, _arg(t, help_, aliases), dataclasses.field(default=default, metadata={"help": help_})))
-    help_ = OWN_HELP["vllm_max_logprobs"]
-    spec.append(("vllm_max_logprobs", _arg(Optional[int], help_), dataclasses.field(default=None, metadata={"help": help_})))
+    for name in OAT_ONLY_OWN:
+        help_ = OWN_HELP[name]
+        spec.append((name, _arg(Optional[OAT_ONLY_OWN[name]], help_),
+                     dataclasses.field(default=None, metadata={"help": help_})))
 
     cls = dataclasses.make_dataclass("DPPOArgs", spec, bases=(base,) if base is not None else ())
     # launchpad pickles the args into every node: the class must be found by reference.
@@ -373,6 +381,13 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
     if args.tis_c is not None and args.mu_source == "rollout":
         raise ConfigError(f"--tis-c {args.tis_c} corrects pi_old/mu, but with --mu-source rollout the IS weight is "
                           "already pi/mu; truncate it with --C, or use --mu-source recompute for Oat's TIS")
+    if args.check_sync is None:
+        import torch  # installed wherever Oat is
+
+        args.check_sync = not torch.cuda.is_available() and args.zero_stage != 3
+    elif args.check_sync and args.zero_stage == 3:
+        raise ConfigError("--check-sync runs the policy on learner rank 0 alone, which ZeRO-3 cannot (every rank "
+                          "holds a shard); use --zero-stage 2 or --no-check-sync")
     args.aggregation = aggregation_of(args)
     args.use_fused_lm_head = False  # the learner never calls Oat's get_batch_logps (see OAT_DEFAULT_OVERRIDES)
 

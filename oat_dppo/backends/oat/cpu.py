@@ -1,0 +1,129 @@
+"""Oat 0.2.4's program on a machine without CUDA: stand-ins for its CUDA-only calls.
+
+Oat assumes GPUs at a handful of points on the path of a training step. On a machine where
+`torch.cuda.is_available()` is False, `apply()` replaces each of them with what the same line means
+on a CPU; where CUDA is present it does nothing, so a GPU run is exactly Oat's. No Oat file is
+edited: the replacements are made at run time inside every process that needs them (the learner
+and actor modules call `apply()` on import, and launchpad's node processes import them to unpickle
+their constructors; the launcher calls it in `program.launch`).
+
+| | Oat 0.2.4 line | on a CPU |
+|---|---|---|
+| P1 | `torch.cuda.set_device(local_rank)` (utils/deepspeed.py:259) | nothing to select |
+| P2 | `torch.cuda.synchronize()` (learners/base.py:273,813,818,826,831; utils/deepspeed.py:575; algorithms/ppo.py:227) | CPU ops are synchronous |
+| P3 | `torch.cuda.current_device()` as the device of reduced tensors (utils/deepspeed.py:592-653) | "cpu" |
+| P4 | `torch.cuda.device_count() >= args.gpus` (args.py:313) | `gpu_slots`: the slots --gpus asks for |
+| P5 | `... % torch.cuda.device_count()` (interface.py:38) | `gpu_slots` (else ZeroDivisionError) |
+| P6 | `backend = "gloo" if collocate else "nccl"` for the weight-sync group (learners/base.py:242; the actor's end, utils/distributed.py:131,140) | gloo |
+| P7 | `WorkerWrap.update_weight` receives into `torch.empty(..., device="cuda")` (utils/distributed.py:171) | a CPU buffer |
+
+Not on the path of a run, left alone: `ActorBase.update_rm` (actors/base.py:251), `WorkerWrap.load_gpu`
+(utils/distributed.py:192; only with --vllm-sleep, which vLLM's CPU backend lacks).
+
+What cannot exist on a CPU and so is not exercised here: NCCL (the weight broadcast runs over gloo,
+the learners' collectives too), CUDA IPC (collocated GPU runs), flash-attention, CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+
+import torch
+
+_applied = False
+
+
+def cuda_present() -> bool:
+    return torch.cuda.is_available()
+
+
+def apply() -> bool:
+    """Install the CPU stand-ins P1-P3, P6 and P7 in this process (idempotent). Returns whether they
+    are in force: False where CUDA is present."""
+    global _applied
+    if cuda_present():
+        return False
+    if _applied:
+        return True
+    torch.cuda.set_device = _nothing  # P1
+    torch.cuda.synchronize = _nothing  # P2
+    torch.cuda.current_device = _cpu_device  # P3
+    _patch_weight_sync()  # P6, P7
+    _applied = True
+    return True
+
+
+def _nothing(*args, **kwargs) -> None:
+    return None
+
+
+def _cpu_device() -> str:
+    return "cpu"
+
+
+def _gloo_instead_of_nccl(init_process_group):
+    """P6: Oat's `init_process_group(backend=..., ...)` for the learner -> vLLM weight-sync group."""
+
+    @functools.wraps(init_process_group)
+    def wrapped(*args, backend=None, **kwargs):
+        if backend is None or str(backend).lower() == "nccl":
+            backend = "gloo"
+        return init_process_group(*args, backend=backend, **kwargs)
+
+    wrapped.__oat_dppo_cpu__ = True
+    return wrapped
+
+
+def _update_weight_on_cpu(self, name, dtype, shape, cuda_ipc_handles=None, empty_cache=False):
+    """P7: `oat.utils.distributed.WorkerWrap.update_weight` (utils/distributed.py:157-177) with the
+    receive buffer on the CPU. Same checks, same broadcast from the learner (rank 0 of the group),
+    same `load_weights` into vLLM's model."""
+    from oat.utils.distributed import torch_type_codec
+
+    dtype = torch_type_codec(dtype)
+    assert dtype == self.model_config.dtype, f"mismatch dtype: src {dtype}, dst {self.model_config.dtype}"
+    if cuda_ipc_handles:
+        raise NotImplementedError("CUDA IPC (collocated GPU runs) cannot exist on a CPU")
+    weight = torch.empty(shape, dtype=dtype, device="cpu")
+    torch.distributed.broadcast(weight, 0, group=self._model_update_group)
+    self.model_runner.model.load_weights(weights=[(name, weight)])
+
+
+def _patch_weight_sync() -> None:
+    import oat.utils.distributed as distributed
+
+    if not getattr(distributed.init_process_group, "__oat_dppo_cpu__", False):
+        distributed.init_process_group = _gloo_instead_of_nccl(distributed.init_process_group)  # actor's end
+    try:  # the learner's end; importing it needs vLLM (every node has it)
+        import oat.learners.base as learner_base
+    except ImportError:
+        learner_base = None
+    if learner_base is not None and not getattr(learner_base.init_process_group, "__oat_dppo_cpu__", False):
+        learner_base.init_process_group = _gloo_instead_of_nccl(learner_base.init_process_group)
+    distributed.WorkerWrap.update_weight = _update_weight_on_cpu
+
+
+@contextlib.contextmanager
+def gpu_slots(n: int):
+    """P4, P5: inside the block (Oat's argument check and `get_program`, in the launcher only)
+    `torch.cuda.device_count()` answers `n`: on a CPU, --gpus counts process slots, split between
+    actors and learners exactly as Oat splits GPUs. Nothing changes where CUDA is present."""
+    if cuda_present():
+        yield
+        return
+    original = torch.cuda.device_count
+    torch.cuda.device_count = lambda: n
+    try:
+        yield
+    finally:
+        torch.cuda.device_count = original
+
+
+def node_threads(nodes: int) -> int:
+    """torch threads per node process when `nodes` compute processes share this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // max(1, nodes))
+
+
+__all__ = ["apply", "cuda_present", "gpu_slots", "node_threads"]
