@@ -7,9 +7,9 @@ Prints one line of versions; exits non-zero, with the error, if any part does no
 - vLLM's compiled extension (vllm/_C.abi3.so; needs setup/elf_weak_version.py on Debian 12),
 - launchpad (its courier RPC loads TensorFlow's runtime) and pyarrow's plasma store (Oat's IPC),
 - Oat's program, actor and learner modules,
-- DeepSpeed's CPU ops, JIT-compiled with g++ into torch's extension cache (~/.cache/torch_extensions
-  or $TORCH_EXTENSIONS_DIR; 1-3 minutes once, then loaded in seconds): the shared-memory collectives of
-  its CPU accelerator and the CPU FusedAdam that Oat's optimizer is.
+- DeepSpeed's CPU ops, JIT-compiled with g++ into VENV/torch_extensions (1-3 minutes once, then loaded
+  in seconds; oat_dppo/backends/oat/cpu.py says why there): the shared-memory collectives of its CPU
+  accelerator and the CPU FusedAdam that Oat's optimizer is.
 """
 
 import os
@@ -18,6 +18,10 @@ os.environ.setdefault("USE_TF", "0")  # as oat_dppo does (oat_dppo/__init__.py):
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import torch  # noqa: E402
+
+from oat_dppo.backends.oat import cpu  # noqa: E402
+
+cpu.apply()  # what every node process does first: here, TORCH_EXTENSIONS_DIR
 
 import launchpad  # noqa: E402,F401
 import oat.algorithms.ppo  # noqa: E402,F401

@@ -65,9 +65,16 @@ def _patch(lib: Path, *allow: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
+def _load_error(lib: Path) -> str:
+    """The loader's error for `lib` in a fresh process (a second copy of the extension in this one, where
+    vLLM's is loaded already, would register its torch ops twice)."""
+    code = f"import sys; sys.path.insert(0, {str(REPO / 'setup')!r}); import elf_weak_version as E; print(E.load_error(sys.argv[1]) or '')"
+    return subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, timeout=120).stdout
+
+
 def test_the_patch_refuses_unless_every_symbol_of_the_version_is_allowed(tmp_path):
     lib = _strict_copy(tmp_path)
-    if "GLIBCXX_3.4.32" not in (E.load_error(str(lib)) or ""):  # load_error imports torch: fine here
+    if "GLIBCXX_3.4.32" not in _load_error(lib):
         pytest.skip("this system's libstdc++ has GLIBCXX_3.4.32: the extension loads as shipped")
     refused = _patch(lib)
     assert refused.returncode == 1 and "refusing to weaken it" in refused.stdout
@@ -94,11 +101,18 @@ def test_plasma_store_round_trip():
         client = plasma.connect(path)
         oid = client.put({"turns": [1, 2, 3]})
         assert client.get(oid) == {"turns": [1, 2, 3]}
-    assert proc.poll() is not None
+    assert proc.wait(timeout=10) is not None  # the store ends with its context
 
 
-def test_deepspeed_cpu_ops_load():
+def test_deepspeed_cpu_ops_load_from_the_environments_own_build():
     from deepspeed.ops.op_builder.cpu import FusedAdamBuilder, ShareMemCommBuilder
+
+    from oat_dppo.backends.oat import cpu
+
+    cpu.apply()
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == os.path.join(sys.prefix, "torch_extensions")
+    for op in ("deepspeed_shm_comm", "fused_adam"):  # built by setup/oat_venv.sh
+        assert Path(sys.prefix, "torch_extensions", op, f"{op}.so").is_file(), op
 
     for builder in (ShareMemCommBuilder(), FusedAdamBuilder()):
         assert builder.load(verbose=False) is not None

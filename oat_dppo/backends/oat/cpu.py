@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 
 import torch
 
@@ -47,15 +48,30 @@ def apply() -> bool:
         return False
     if _applied:
         return True
-    torch.cuda.set_device = _nothing  # P1
-    torch.cuda.synchronize = _nothing  # P2
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", torch_extensions_dir())
+    torch.cuda.set_device = _no_device_to_set  # P1
+    torch.cuda.synchronize = _nothing_to_synchronize  # P2
     torch.cuda.current_device = _cpu_device  # P3
     _patch_weight_sync()  # P6, P7
     _applied = True
     return True
 
 
-def _nothing(*args, **kwargs) -> None:
+def torch_extensions_dir() -> str:
+    """Where DeepSpeed's JIT-built CPU ops (shared-memory collectives, FusedAdam) live: inside the Python
+    environment, not torch's per-user default. Two environments sharing that default rebuild each
+    other's ops (the include paths differ), and a process killed during a build leaves a lock that
+    makes every later load wait forever; per environment, setup/oat_venv.sh builds them once."""
+    return os.path.join(sys.prefix, "torch_extensions")
+
+
+# One function per stand-in: torch._dynamo keeps rules per torch.cuda function object, and one object
+# under two names trips its duplicate check.
+def _no_device_to_set(device=None) -> None:
+    return None
+
+
+def _nothing_to_synchronize(device=None) -> None:
     return None
 
 
