@@ -94,8 +94,8 @@ class Program:
 
         for p in psutil.Process(self.proc.pid).children(recursive=True):
             try:
-                if p.name() == "bash" and any(a.startswith(label) for a in p.cmdline()):
-                    return next(c.pid for c in p.children() if "python" in c.name())
+                if any(a.startswith(label) for a in p.cmdline()[:4]):  # [bash, decorate_output, colour, title, ...]
+                    return next(c.pid for c in p.children() if any("process_entry" in a for a in c.cmdline()))
             except (psutil.NoSuchProcess, StopIteration):
                 continue
         raise AssertionError(f"no node {label} among the launcher's processes")
@@ -197,7 +197,9 @@ def test_two_learners_take_the_single_rank_step_on_the_same_data(tmp_path):
     single = replay_round(run.run_dir, BASE + argv)
     assert single.turns == 16
     assert single.grad_norm == pytest.approx(row["train/grad_norm"], rel=1e-4)
-    assert single.max_weight_diff < 1e-5, single
+    # lr 1e-3, Adam's first step ~ lr * sign(g): a missing reduction flips signs (|diff| ~ 2e-3); what
+    # remains is summation order and |g| near Adam's eps
+    assert single.max_weight_diff < 5e-5, single
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +235,7 @@ def test_a_crashed_node_ends_the_program_with_a_clear_message(tmp_path):
 @pytest.mark.parametrize("argv, needle", [
     (["--num-gpus-per-actor", "3"], "Oat rejects the topology (--gpus 2, --num-gpus-per-actor 3)"),
     (["--asynchronous", "--collocate"], "Oat rejects the arguments: async training needs to disable collocation"),
-    (["--check-sync", "--zero-stage", "3"], "--check-sync runs the policy on learner rank 0 alone"),
+    (["--check-sync", "on", "--zero-stage", "3"], "--check-sync runs the policy on learner rank 0 alone"),
 ])
 def test_an_option_oat_rejects_is_one_line_before_any_process_starts(tmp_path, argv, needle):
     run = Program(tmp_path / "rejected", "--gpus", "2", *argv)

@@ -25,6 +25,16 @@ class Replayed:
     turns: int
 
 
+def _oats_optimizer(model, args):
+    """What Oat's `DeepspeedStrategy.create_optimizer` builds without --adam-offload: DeepSpeed's FusedAdam
+    (its CPU build here) over Oat's parameter groups."""
+    from deepspeed.ops.adam import FusedAdam
+    from oat.utils.deepspeed import get_optimizer_grouped_parameters
+
+    return FusedAdam(get_optimizer_grouped_parameters(model, args.l2), lr=args.learning_rate,
+                     betas=(args.adam_beta_1, args.adam_beta_2), weight_decay=args.l2)
+
+
 def replay_round(run_dir: Path, argv: list[str]) -> Replayed:
     import oat_harness as H
 
@@ -40,7 +50,8 @@ def replay_round(run_dir: Path, argv: list[str]) -> Replayed:
 
     args = A.parse(argv)
     A.finalize(args, world_size=1)
-    learner = H.make_stock_learner(args=args, learner_cls=DPPOLearner, model=model, tokenizer=tok)
+    learner = H.make_stock_learner(args=args, learner_cls=DPPOLearner, model=model, tokenizer=tok,
+                                   optimizer=lambda m: _oats_optimizer(m, args))
     infos, _ = H.run_learning_step(learner, H.collate(learner, turns))
 
     after = AutoModelForCausalLM.from_pretrained(save_path / "saved_models" / "step_00001", torch_dtype=torch.float32)

@@ -25,7 +25,7 @@ import math
 import sys
 import typing
 import warnings
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import tyro
 
@@ -82,6 +82,9 @@ OWN_DEFAULTS: dict[str, Any] = {
 }
 #: Oat fields re-declared with the project's default: name -> (type or None to keep Oat's, default, help).
 OAT_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
+    "gpus": (Optional[int], None, "GPUs in all (split between vLLM actors and DeepSpeed learners as Oat splits them: "
+             "half and half, one actor per learner). Default: every visible GPU. Without CUDA it counts processes on "
+             "this machine's cores instead (default 2: one actor, one learner); see docs/oat.md."),
     "pretrain": (None, "Qwen/Qwen3-1.7B-Base", "Policy: a Hugging Face id or local path (vLLM loads it too)."),
     "learning_rate": (None, TrainConfig.learning_rate, "Learning rate, the same default as the local backend's "
                       "(Oat's own default is 5e-7): one command line, one run."),
@@ -130,11 +133,12 @@ OWN_HELP: dict[str, str] = {
     "vllm_max_logprobs": "vLLM's max_logprobs (top-K strategies record K log-probs per token; default max(20, K)).",
     "check_sync": "After every weight sync, check it (learner rank 0, one sequence of the round): the first "
                   "actor's log-probs of the sequence's response before and after the sync against the learner's, "
-                  "and whether the actor's weights changed; logged as sync/... Default: on without CUDA (the CPU "
-                  "verification run), off on GPUs. Not with --zero-stage 3.",
+                  "and a digest of the actor's weights; logged as sync/... auto: on without CUDA (the CPU "
+                  "verification run; the digest reads every weight), off on GPUs. Not with --zero-stage 3.",
 }
 #: Options of this backend alone (no local counterpart): name -> type (default None).
-OAT_ONLY_OWN: dict[str, Any] = {"vllm_max_logprobs": int, "check_sync": bool}
+OAT_ONLY_OWN: dict[str, tuple[Any, Any]] = {"vllm_max_logprobs": (Optional[int], None),
+                                            "check_sync": (Literal["auto", "on", "off"], "auto")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,10 +217,9 @@ def _build(base: type | None) -> type:
             refused, why = LOCAL_ONLY[f.name]
             help_ = f"[local backend only: {'refused' if refused else 'ignored'} here: {why}] " + help_
         spec.append((f.name, _arg(t, help_, aliases), dataclasses.field(default=default, metadata={"help": help_})))
-    for name in OAT_ONLY_OWN:
+    for name, (typ, default) in OAT_ONLY_OWN.items():
         help_ = OWN_HELP[name]
-        spec.append((name, _arg(Optional[OAT_ONLY_OWN[name]], help_),
-                     dataclasses.field(default=None, metadata={"help": help_})))
+        spec.append((name, _arg(typ, help_), dataclasses.field(default=default, metadata={"help": help_})))
 
     cls = dataclasses.make_dataclass("DPPOArgs", spec, bases=(base,) if base is not None else ())
     # launchpad pickles the args into every node: the class must be found by reference.
@@ -310,6 +313,15 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
     raises `ConfigError` (one line) on the first violation. Needs no GPU and no Oat import.
     `world_size` overrides the learner count derived from --gpus (CPU tests run one rank, gpus=0)."""
     notes: list[str] = []
+    # -- the machine: GPUs, or processes on a CPU ----------------------------------------------------
+    import torch  # installed wherever Oat is
+
+    cuda = torch.cuda.is_available()
+    if args.gpus is None:
+        args.gpus = torch.cuda.device_count() if cuda else 2
+    if args.flash_attn and not cuda:  # Oat's default; flash-attn exists only for CUDA
+        args.flash_attn = False
+        notes.append("no CUDA: the learner uses eager attention (--no-flash-attn)")
     # -- options of the local backend ------------------------------------------------------------
     if OAT_ARGS_MISSING:
         raise ConfigError(f"--backend oat needs Oat's PPO module, and {OAT_ARGS_MISSING}; the GPU install guide is "
@@ -381,13 +393,11 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
     if args.tis_c is not None and args.mu_source == "rollout":
         raise ConfigError(f"--tis-c {args.tis_c} corrects pi_old/mu, but with --mu-source rollout the IS weight is "
                           "already pi/mu; truncate it with --C, or use --mu-source recompute for Oat's TIS")
-    if args.check_sync is None:
-        import torch  # installed wherever Oat is
-
-        args.check_sync = not torch.cuda.is_available() and args.zero_stage != 3
-    elif args.check_sync and args.zero_stage == 3:
+    if args.check_sync == "auto":
+        args.check_sync = "off" if cuda or args.zero_stage == 3 else "on"
+    elif args.check_sync == "on" and args.zero_stage == 3:
         raise ConfigError("--check-sync runs the policy on learner rank 0 alone, which ZeRO-3 cannot (every rank "
-                          "holds a shard); use --zero-stage 2 or --no-check-sync")
+                          "holds a shard); use --zero-stage 2 or --check-sync off")
     args.aggregation = aggregation_of(args)
     args.use_fused_lm_head = False  # the learner never calls Oat's get_batch_logps (see OAT_DEFAULT_OVERRIDES)
 

@@ -204,7 +204,7 @@ class DPPOLearner(PPOLearner):
         before and after, and compares them with the learner's log-probs of the same tokens. Before the
         sync the actor is stale (the difference shows what a missed sync looks like); after it the
         actor should compute what the learner computes. Every rank logs rank 0's numbers."""
-        if not self.args.check_sync:
+        if self.args.check_sync != "on":
             return super().sync_params_to_actors()
         probe = self._sync_probe_tokens() if self.strategy.is_rank_0() else None
         before = self.actors[0].sync_probe(*probe) if probe else None

@@ -119,7 +119,8 @@ def run_local(program, resources, *, poll_s: float = 0.5) -> int:
     colours its output, so a node's exit status is lost, and a launcher whose node died keeps waiting
     (the learner waits on the dead actor's RPC forever). The program ends in one of three ways:
     - the learner finishes and calls `lp.stop()` (SIGTERM to this process): status 0;
-    - Ctrl-C (SIGINT): launchpad asks every node to stop (SIGTERM; SIGKILL after 10 s): status 130;
+    - Ctrl-C (SIGINT): launchpad asks every node to stop (SIGTERM; SIGKILL after 10 s): status 130
+      (a second Ctrl-C kills them at once);
     - a node process ends while no stop was asked for: it crashed (its traceback is in its prefixed
       log lines); the others are stopped the same way: status 1, with one line naming the node.
     """
@@ -129,6 +130,9 @@ def run_local(program, resources, *, poll_s: float = 0.5) -> int:
     # Registered before launchpad's worker manager, which then calls it too (it chains earlier handlers).
     signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     manager = lp.launch(program, launch_type="local_mp", local_resources=resources, terminal="current_terminal")
+    # A node that ignores SIGTERM for 10 s (a learner blocked in an RPC to a dead actor) is SIGKILLed; by
+    # default launchpad then SIGKILLs this process too, and the exit status would say nothing.
+    manager._kill_main_thread = False
     stopping = manager.stop_event()  # set by lp.stop() from the learner, by Ctrl-C, by SIGTERM
     # launchpad's own bookkeeping (0.5.2, pinned): label -> psutil.Process of each node's wrapper
     label_of = {id(p): label for label, procs in manager._active_workers.items() for p in procs}
