@@ -17,7 +17,9 @@ BENCHMARKS = {
     "engine": ("oat_dppo.bench.engine", "rollout throughput (new tokens/s) of the HF engine and vLLM, and vLLM's sync time"),
     "local": ("oat_dppo.bench.local", "the local backend end to end: where an iteration's time goes, learner vs "
                                       "a bare loop"),
-    "oat": ("oat_dppo.bench.oat", "the Oat learner step vs stock Oat PPO, on CPU"),
+    "oat": ("oat_dppo.bench.oat", "Oat's program on a CPU: generation, learning, sync and launchpad/IPC per iteration, "
+                                  "beside the local backend on the same job"),
+    "oat-learner": ("oat_dppo.bench.oat_learner", "the Oat learner step vs stock Oat PPO, on CPU"),
     "head": ("oat_dppo.bench.head", "the LM head in checkpointed blocks: peak memory and time"),
     "mismatch": ("oat_dppo.bench.mismatch", "|pi - mu| on the same tokens: engine and learner dtypes (HF copies on any "
                                             "machine, vLLM on a GPU)"),
