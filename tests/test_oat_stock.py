@@ -16,9 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-import oat_fakes
 
-oat_fakes.install()
 if importlib.util.find_spec("oat") is None:
     pytest.skip(
         "oat-llm is not installed in this environment; `make setup-oat` installs it (docs/dev_oat_cpu.md)",
@@ -49,19 +47,6 @@ OFFSET = 0.25  # behaviour log-probs = the policy's own + OFFSET (a known sample
 @pytest.mark.parametrize("module", BACKEND_MODULES)
 def test_backend_modules_import(module):
     importlib.import_module(module)
-
-
-@pytest.mark.parametrize("name", oat_fakes.FAKED)
-def test_fakes_stand_in_only_for_missing_packages(name):
-    mod = importlib.import_module(name)
-    if H.FAKES_IN_USE[name]:
-        assert mod.__file__.startswith(oat_fakes.FAKES_DIR)
-        with pytest.raises(importlib.metadata.PackageNotFoundError):
-            importlib.metadata.distribution("dm-launchpad" if name == "launchpad" else name)
-    else:
-        assert not mod.__file__.startswith(oat_fakes.FAKES_DIR)
-    for real in ("oat", "deepspeed", "torch", "transformers"):
-        assert not oat_fakes.is_fake(real)
 
 
 @pytest.mark.filterwarnings("ignore:The field .* is annotated with type:UserWarning")  # Oat's `str = None` fields

