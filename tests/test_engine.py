@@ -228,8 +228,8 @@ def test_eos_mid_sequence(qwen):
     for g in gens:
         ids = g.response_ids
         assert eos not in ids[:-1] and tok.pad_token_id not in ids[:-1]
-        if g.finish_reason == "stop":
-            assert ids[-1] == eos and 1 <= len(ids) <= 24
+        if g.finish_reason == "stop":  # mostly the biased EOS; the pad token stops too (test below)
+            assert ids[-1] in (eos, tok.pad_token_id) and 1 <= len(ids) <= 24
             stop_lengths.add(len(ids))
         else:
             assert len(ids) == 24 and ids[-1] != eos

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import oat_dppo_envs
 import pytest
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (.venv-oat)
+    import tomli as tomllib
 
 from oat_dppo.envs import get_preset, known_env_ids, make_env
 from oat_dppo.main import main
