@@ -37,6 +37,12 @@ class EnvPreset:
     # format_error_reward; reasoning-gym and math grade it 0). A batch whose mean reward sits here
     # has collapsed to format failures (study reports count such iterations).
     format_failure_reward: float = 0.0
+    # Feedback use (games whose replies say which way to move): "module:object" naming a probe with
+    # `follows(observation, action) -> bool | None` (the action moves the way the env's newest reply
+    # said; None where that reply gives no direction) and `blind_success(env, max_turns) -> float` (the
+    # most success a policy that ignores every reply can reach in that env instance). Envs of the
+    # project's own and users' may define `follows_feedback` / `feedback_blind_success` methods instead.
+    feedback_probe: str | None = None
     template: str = "qwen3"  # a hint for the model family the paper used (Qwen3 base)
     obs_prefix: str = QUESTION_PREFIX
     obs_suffix: str = BOXED_ASK

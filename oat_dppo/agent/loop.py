@@ -122,6 +122,7 @@ def play_episodes(
                     topk_logprobs=gen.topk_logprobs,
                     prompt_text=encoded[i][0],
                     response_text=text,
+                    follows_feedback=info.get("follows_feedback"),
                 )
             )
             if "success" in info:

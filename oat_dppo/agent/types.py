@@ -24,6 +24,9 @@ class Turn:
     topk_logprobs: np.ndarray | None = None  # [L, K+1] float32, -inf on unused slots
     prompt_text: str = ""
     response_text: str = ""
+    # The response moved the way the env's previous reply said (None: that reply gave no direction,
+    # or the env declares no feedback probe). See `TextEnv`'s `follows_feedback`.
+    follows_feedback: bool | None = None
     # Filled by `advantages.assign_advantages`.
     ret: float = 0.0
     advantage: float = 0.0

@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from typing import Any
+import math
+from typing import Any, Callable
+
+from oat_dppo_envs.preset import EnvPreset
 
 from oat_dppo.envs.actions import is_well_formed
 from oat_dppo.envs.errors import EnvResetError, EnvStepError
-from oat_dppo.envs.presets import EnvPreset
+from oat_dppo.envs.imports import load_object
 from oat_dppo.envs.seeding import PrivateGlobalRNG, draw_episode_seed, episode_seed_stream
 
 HISTORY_MODES = ("concat", "concat_with_action", "last")
@@ -31,6 +34,18 @@ def _release(inner: Any) -> None:
         pool.terminate()  # close() alone leaves the grader process to the garbage collector
 
 
+def _feedback_probe(inner: Any, preset: EnvPreset) -> tuple[Callable | None, Callable | None]:
+    """(follows(observation, action), blind_success(max_turns)) for `inner`: its own
+    `follows_feedback` / `feedback_blind_success` methods, else the preset's probe, else (None, None)."""
+    if callable(getattr(inner, "follows_feedback", None)):
+        blind = getattr(inner, "feedback_blind_success", None)
+        return inner.follows_feedback, blind if callable(blind) else None
+    if preset.feedback_probe is None:
+        return None, None
+    probe = load_object(preset.feedback_probe)
+    return probe.follows, lambda max_turns: probe.blind_success(inner, max_turns)
+
+
 class TextEnv:
     """A text environment: `reset(seed=None) -> (obs, info)`, `step(action) -> (obs, reward,
     terminated, truncated, info)`, `close()`.
@@ -41,7 +56,9 @@ class TextEnv:
     * `info` keeps the env's own keys. The adapter adds `turn`, on reset `episode_seed` (the seed
       the episode started from), and on each step `well_formed` (the response holds an answer in
       the expected format) and `env_reward` (the reward before the adapter's `format_penalty`,
-      which is added when the response is not well formed).
+      which is added when the response is not well formed). Where the env declares how to read its
+      feedback (`EnvPreset.feedback_probe`, or the env's own `follows_feedback`), steps after a reply
+      that gave a direction also carry `follows_feedback` (the action moved the way it said).
     * `truncated` is set by the adapter after `max_turns` steps if the env has not ended the episode.
     * Seeding: every reset passes an explicit seed to the wrapped env. `reset()` draws it from a
       generator seeded by the instance seed, so an instance replays the same episodes;
@@ -95,6 +112,7 @@ class TextEnv:
         self._observations: list[str] = []
         self._actions: list[str] = []
         self._lock = threading.Lock()  # one episode at a time per instance
+        self._follows_feedback, self._blind_success = _feedback_probe(inner, preset)
         # Also release on garbage collection / interpreter exit: an unclosed GEM math env's pool
         # otherwise prints "Exception ignored in Pool.__del__" at exit.
         self._finalizer = weakref.finalize(self, _release, inner)
@@ -104,6 +122,12 @@ class TextEnv:
     def unwrapped(self) -> Any:
         """The wrapped environment (a GEM env, or the user's object)."""
         return self._inner
+
+    @property
+    def feedback_blind_success(self) -> float:
+        """The most success a policy that ignores the env's replies can reach here (NaN where the env
+        declares no feedback probe): success above it needs the feedback."""
+        return self._blind_success(self.max_turns) if self._blind_success else math.nan
 
     @property
     def turn(self) -> int:
@@ -146,6 +170,7 @@ class TextEnv:
             if self._done:
                 raise RuntimeError(f"{self.env_id}: step() outside an episode; call reset() first")
             well_formed = is_well_formed(action, self.action_format, self.action_pattern)
+            follows = self._follows_feedback(self._observations[-1], action) if self._follows_feedback else None
             try:
                 with self._global_rng.active() if self._isolate_step_rng else contextlib.nullcontext():
                     result = self._inner.step(action)
@@ -163,6 +188,8 @@ class TextEnv:
             reward = env_reward + (0.0 if well_formed else self.format_penalty)
             info = dict(info)
             info.update(well_formed=well_formed, turn=self._turn, env_reward=env_reward)
+            if follows is not None:
+                info.setdefault("follows_feedback", bool(follows))
             return self._compose(info), reward, terminated, truncated, info
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from oat_dppo_envs.math import LOCAL_MATH_ID, PROCEDURAL_MATH_ID
 from oat_dppo_envs.preset import BOXED_ASK, frozen
 
 from oat_dppo.envs._gem import gem_registry  # cheap: GEM itself is imported on the first call
+from oat_dppo.envs.imports import ImportPathError, load_object
 
 FIRST_CLASS_ENV_IDS: tuple[str, ...] = tuple(FIRST_CLASS)
 # Families whose GEM envs load a dataset from the Hugging Face hub (`dataset_name=` in the spec).
@@ -63,12 +64,9 @@ def _declared_format_failure_reward(env_id: str) -> float:
     """An imported env's `format_failure_reward` attribute (the reward of a reply without a parseable
     action, which study reports count as collapse), else 0. Imports the env's module, as `make_env`
     does; an id that names nothing gets 0 here and its error from `make_env`."""
-    from oat_dppo.envs.errors import UnknownEnvError
-    from oat_dppo.envs.registry import load_factory  # registry imports this module
-
     try:
-        factory = load_factory(env_id)
-    except UnknownEnvError:
+        factory = load_object(env_id)
+    except ImportPathError:
         return 0.0
     return float(getattr(factory, "format_failure_reward", 0.0))
 

@@ -21,6 +21,7 @@ from oat_dppo.envs._gem import FixedPoolReasoningGym, gem_registry, import_gem
 from oat_dppo.envs.actions import ACTION_FORMATS
 from oat_dppo.envs.adapter import HISTORY_MODES, TextEnv
 from oat_dppo.envs.errors import DatasetUnavailableError, EnvOptionError, UnknownEnvError
+from oat_dppo.envs.imports import ImportPathError, load_object
 from oat_dppo.envs.math_data import MATH_DATA_HINT, load_math_file, make_math_env
 from oat_dppo.envs.presets import (
     LOCAL_MATH_ID,
@@ -83,18 +84,10 @@ def _check_constructor_options(env_id: str, spec: Any, kwargs: dict[str, Any]) -
 
 def load_factory(env_id: str) -> Callable[..., Any]:
     """The class or factory that `package.module:Name` names (an `UnknownEnvError` when nothing is there)."""
-    module_name, _, attr_path = env_id.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        missing = e.name or ""
-        if module_name == missing or module_name.startswith(missing + "."):
-            raise _unknown_env_error(env_id, f"no module named {missing!r}") from None
-        raise  # the module exists but one of ITS imports is missing: show that error as it is
-    for part in attr_path.split("."):
-        if not hasattr(obj, part):
-            raise _unknown_env_error(env_id, f"module {module_name!r} has no attribute {attr_path!r}")
-        obj = getattr(obj, part)
+        obj = load_object(env_id)
+    except ImportPathError as e:
+        raise _unknown_env_error(env_id, str(e)) from None
     if not callable(obj):
         raise UnknownEnvError(f"{env_id!r} is not a class or factory (got {type(obj).__name__})")
     return obj
