@@ -732,7 +732,8 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     fake_run(hf.run_dir, 5, checkpoint=True, config={"_machine": avx2}, rewards=[0.2, -0.1, -0.095, 0.5, 0.7],
              extra={i: {"train/kept_frac": 0.9, "train/prob_diff_mean": 0.002, "train/entropy": 1.0 - i / 10,
                         "train/mismatch_mean": 0.001 * i, "train/ratio_max": 1.0 + i % 3,
-                        "rollout/well_formed_rate": [0.5, 0.6, 1.0, 0.9, 1.0][i]} for i in range(5)})
+                        "rollout/well_formed_rate": [0.5, 0.6, 1.0, 0.9, 1.0][i],
+                        "rollout/feedback_follow_rate": [0.5, 0.5, 0.6, 0.8, 1.0][i]} for i in range(5)})
     fake_run(vl.run_dir, 5, checkpoint=True, rewards=[0.1, 0.1, 0.3, 0.2, -0.1])
     code, _, err = run_cli(str(path), "--report")
     assert code == 0, err
@@ -750,6 +751,9 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     assert float(by["hf"]["entropy_final"]) == pytest.approx(0.65) and by["vllm"]["entropy_final"] == ""
     assert float(by["hf"]["ratio_max"]) == 3.0 and by["vllm"]["ratio_max"] == ""
     assert float(by["hf"]["well_formed_min"]) == 0.9 and by["vllm"]["well_formed_min"] == ""
+    # GuessTheNumber-easy: 4 distinct guesses of 1..10 whatever the replies say; feedback use over the last 2
+    assert float(by["hf"]["blind_success"]) == pytest.approx(0.4) == float(by["vllm"]["blind_success"])
+    assert float(by["hf"]["feedback_follow_final"]) == pytest.approx(0.9) and by["vllm"]["feedback_follow_final"] == ""
     assert by["hf"]["machine"] == "AMD EPYC (no native bf16), torch 2.13.0+cpu"
     assert by["vllm"]["machine"] == "not recorded"  # a config.json without _machine (runs before it existed)
     assert (tmp_path / "out" / "entropy.png").stat().st_size > 5000

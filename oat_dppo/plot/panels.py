@@ -32,6 +32,9 @@ NAMED_PANELS: dict[str, Panel] = {
         Panel("prob_diff", "|π − μ| over the update (mismatch + policy drift)", "train/prob_diff_mean"),
         Panel("entropy", "Policy entropy", "train/entropy"),
         Panel("success", "Success rate", "rollout/success_rate", "eval/success_rate"),
+        # Games with a feedback probe: after "higher", a higher guess (~0.5 when the replies are ignored).
+        Panel("feedback", "Follows the environment's feedback (share of follow-up turns)",
+              "rollout/feedback_follow_rate", "eval/feedback_follow_rate"),
     )
 }
 DEFAULT_PANELS = ("reward", "kept_frac", "mismatch", "prob_diff", "entropy")

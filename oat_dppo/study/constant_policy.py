@@ -1,5 +1,5 @@
-"""What a policy that says one thing earns: a run's own environment played with one fixed response
-in every turn.
+"""What policies that ignore the environment earn: a run's own environment played with one fixed
+response in every turn, and the success no feedback-blind policy can beat.
 
 A policy that collapsed repeats one response whatever the environment answers (the report's "what
 each run says at the end"). Its reward is then a property of the environment, not of the training:
@@ -56,3 +56,19 @@ def constant_response_reward(cfg: TrainConfig, response: str, episodes: int = EP
         env.close()
     _cache[key] = total / episodes
     return _cache[key]
+
+
+def feedback_blind_success(cfg: TrainConfig) -> float:
+    """The most success a policy that ignores every reply of `cfg`'s environment can reach
+    (`TextEnv.feedback_blind_success`: 0.4 on GuessTheNumber-easy); NaN where the env declares no
+    feedback probe or cannot be built here."""
+    from oat_dppo.components import build_envs
+
+    try:
+        (env,) = build_envs(cfg, 1, for_eval=False)
+    except (EnvError, ValueError, OSError):
+        return math.nan
+    try:
+        return float(env.feedback_blind_success)
+    finally:
+        env.close()

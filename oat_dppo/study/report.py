@@ -44,7 +44,7 @@ from oat_dppo.envs import get_preset
 from oat_dppo.plot.data import IGNORED_CONFIG_KEYS, MetricTable, Run, Series, load_run
 from oat_dppo.provenance import machine_label
 from oat_dppo.study import significance
-from oat_dppo.study.constant_policy import EPISODES, constant_response_reward
+from oat_dppo.study.constant_policy import EPISODES, constant_response_reward, feedback_blind_success
 from oat_dppo.study.committed import episodes_file, metrics_dir, read_episodes
 from oat_dppo.study.spec import NAME_KEYS, RunSpec, Study, format_value
 
@@ -57,6 +57,7 @@ PRE_UPDATE_MISMATCH = "train/mismatch_mean"
 RATIO_MAX = "train/ratio_max"
 SUCCESS = "rollout/success_rate"
 WELL_FORMED = "rollout/well_formed_rate"
+FOLLOWS = "rollout/feedback_follow_rate"
 # An iteration is "collapsed" when its mean reward is within this of the format-failure floor (all
 # or nearly all episodes failed to write a parseable action).
 COLLAPSE_MARGIN = 0.01
@@ -106,6 +107,10 @@ class RunResult:
     # the lowest rollout/well_formed_rate after the first final window: a dip of the format short of
     # the floor, once the policy has learned it (the first window holds the untrained model's misses)
     well_formed_min: float = math.nan
+    # Feedback use (games that declare a probe): the share of follow-up turns that moved the way the
+    # env's reply said, over the final window, and the success no feedback-blind policy can beat.
+    follows_final: float = math.nan
+    blind_success: float = math.nan
 
 
 def _finite(table: MetricTable, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -129,6 +134,7 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
     _, ratios = _finite(table, RATIO_MAX)
     _, success = _finite(table, SUCCESS)
     _, well_formed = _finite(table, WELL_FORMED)
+    _, follows = _finite(table, FOLLOWS)
     return RunResult(
         run=run,
         iterations=len(table),
@@ -149,6 +155,7 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
         success_first=_mean(success[:final_window]),
         success_final=_mean(success[-final_window:]),
         well_formed_min=float(np.min(well_formed[final_window:])) if len(well_formed) > final_window else math.nan,
+        follows_final=_mean(follows[-final_window:]),
     )
 
 
@@ -226,6 +233,7 @@ def build_groups(runs: Sequence[RunSpec], loaded: dict[str, Run], threshold: flo
             set_final_responses(result, episodes_file(loaded[run.name].path), final_window)
             if result.final_response:
                 result.final_response_reward = constant_response_reward(cfg, result.final_response)
+            result.blind_success = feedback_blind_success(cfg)
             g.results.append(result)
     return [groups[k] for k in sorted(groups, key=lambda k: tuple(order[d][v] for d, v in zip(order, k)))]
 
@@ -444,7 +452,7 @@ RUN_CSV_COLUMNS = ("name", "model", "env", "engine", "trust_region", "seed", "it
                    "min_reward", "collapsed_iterations", "kept_frac_mean", "prob_diff_mean", "entropy_min",
                    "eval_reward", "mismatch_mean", "entropy_final", "ratio_max", "machine", "final_response",
                    "final_response_share", "repeat_rate_final", "final_response_reward", "success_first",
-                   "success_final", "well_formed_min")
+                   "success_final", "well_formed_min", "blind_success", "feedback_follow_final")
 
 
 def format_failure_floor(run: RunSpec) -> float:
@@ -470,19 +478,23 @@ def runs_csv_text(groups: Sequence[Group]) -> str:
                         num(res.entropy_min), num(res.eval), num(res.engine_mismatch), num(res.entropy_final),
                         num(res.ratio_max), res.machine, res.final_response, num(res.final_response_share),
                         num(res.repeat_rate), num(res.final_response_reward), num(res.success_first),
-                        num(res.success_final), num(res.well_formed_min), *[g.extra[k] for k in extra_keys]])
+                        num(res.success_final), num(res.well_formed_min), num(res.blind_success),
+                        num(res.follows_final), *[g.extra[k] for k in extra_keys]])
     return buf.getvalue()
 
 
 def responses_table(groups: Sequence[Group]) -> str:
     """Per run that logged sample episodes: its most common response at the end (newlines and tabs
     escaped, cut to 40 characters, in a code span), that response's share of the turns, the repeat
-    rate, the reward for saying that response in every turn beside the run's final reward, and the
-    success rate over the first and the final window."""
+    rate, the reward for saying that response in every turn beside the run's final reward, the
+    success rate over the first and the final window beside the most a feedback-blind policy reaches,
+    and the share of follow-up turns that moved the way the env's reply said (final window; about 0.5
+    for a policy that ignores the replies, 1.0 for one that reads them)."""
     extra_keys = list(groups[0].extra) if groups else []
     lines = ["| trust region | " + " | ".join([*extra_keys, "seed"]) + " | most common response | share | repeats | "
-             "saying it every turn earns | final reward | success, first → final |",
-             "|" + "---|" * (len(extra_keys) + 8)]
+             "saying it every turn earns | final reward | success, first → final | feedback-blind bound | "
+             "follows the feedback (final) |",
+             "|" + "---|" * (len(extra_keys) + 10)]
     for g in groups:
         for r in g.results:
             if not r.final_response and not math.isfinite(r.final_response_share):
@@ -492,7 +504,8 @@ def responses_table(groups: Sequence[Group]) -> str:
             lines.append(f"| {g.trust_region} | " + " | ".join([*g.extra.values(), str(r.run.seed)]) +
                          f" | `{text}` | {r.final_response_share:.2f} | {_num(r.repeat_rate, 'final')} | "
                          f"{_num(r.final_response_reward, 'final')} | {_num(r.final, 'final')} | "
-                         f"{_num(r.success_first, 'final')} → {_num(r.success_final, 'final')} |")
+                         f"{_num(r.success_first, 'final')} → {_num(r.success_final, 'final')} | "
+                         f"{_num(r.blind_success, 'final')} | {_num(r.follows_final, 'final')} |")
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 

@@ -213,6 +213,8 @@ class LocalTrainer:
         out = to_dict(self.cfg)
         out.update(effective_trust_region_options(self.cfg, self.trust_region))
         out.update(gamma=self.gamma, max_new_tokens=self.max_new_tokens, template=self.template)
+        blind = self.envs[0].feedback_blind_success  # success above it needs the env's replies
+        out["feedback_blind_success"] = blind if math.isfinite(blind) else None
         out.update(provenance())
         return out
 
@@ -457,6 +459,8 @@ class LocalTrainer:
                  f"kept {row.get('train/kept_frac', math.nan):.3f}",
                  f"mismatch {row.get('train/mismatch_mean', math.nan):.4f}",
                  f"|pi-mu| {row.get('train/prob_diff_mean', math.nan):.4f}"]
+        if "rollout/feedback_follow_rate" in row:
+            parts.append(f"follows feedback {row['rollout/feedback_follow_rate']:.2f}")
         if "eval/reward_mean" in row:
             parts.append(f"eval {row['eval/reward_mean']:.3f}")
         return ", ".join(parts)
