@@ -48,6 +48,7 @@ def blind_success_on_eval_episodes() -> float:
 def final_eval_success(tmp_path, *extra: str) -> float:
     run_dir = tmp_path / "run"
     assert main([*RUN, "--run-dir", str(run_dir), *extra]) == 0
+    assert json.loads((run_dir / "config.json").read_text())["_feedback_blind_success"] == 0.25
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     success = rows[-1]["eval/success_rate"]
     assert math.isfinite(success)

@@ -214,7 +214,7 @@ class LocalTrainer:
         out.update(effective_trust_region_options(self.cfg, self.trust_region))
         out.update(gamma=self.gamma, max_new_tokens=self.max_new_tokens, template=self.template)
         blind = self.envs[0].feedback_blind_success  # success above it needs the env's replies
-        out["feedback_blind_success"] = blind if math.isfinite(blind) else None
+        out["_feedback_blind_success"] = blind if math.isfinite(blind) else None  # "_": derived, not an option
         out.update(provenance())
         return out
 
