@@ -138,11 +138,13 @@ class TrainConfig:
     trust_region: str = opt(
         "dppo_binary_tv",
         "Strategy: pg_is, cispo, ppo_clip, ppo_clip_relaxed, neg_tv_mask, dppo_binary_tv, dppo_binary_kl, "
-        "dppo_topk_tv, dppo_topk_kl, or package.module:factory.",
+        "dppo_topk_tv, dppo_topk_kl; the peers' ipo, icepop, kpop, tis, mis, trm (docs/trust_regions.md; their "
+        "other settings by --tr-param, e.g. --tr-param level=sequence); or package.module:factory.",
     )
     delta: Optional[float] = opt(
         None,
-        "Divergence threshold (DPPO and neg_tv_mask; default per strategy: TV 0.2, KL 0.05, neg_tv_mask 0.5).",
+        "Divergence threshold (DPPO, neg_tv_mask, ipo, trm; default per strategy: TV 0.2, KL 0.05, neg_tv_mask 0.5, "
+        "ipo 0.3, trm 0.05).",
     )
     eps_low: Optional[float] = opt(None, "Lower ratio clip for ppo_clip* (default 0.2).")
     eps_high: Optional[float] = opt(None, "Upper ratio clip for ppo_clip* (default 0.28).")

@@ -329,3 +329,22 @@ def test_template_end_of_turn_tokens_stop_generation(policy):
     engine = HFEngine(model, tok, extra_stop_token_ids=fmt.stop_token_ids())
     assert im_end in engine.stop_ids and tok.eos_token_id in engine.stop_ids
     assert PromptFormat(tok, "none").stop_token_ids() == []
+
+
+@pytest.mark.parametrize("name, params", [("ipo", {}), ("icepop", {}), ("kpop", {}), ("tis", {}),
+                                          ("tis", {"level": "sequence"}), ("mis", {}), ("mis", {"level": "geometric"}),
+                                          ("trm", {}), ("trm", {"reduce": "mean"})])
+def test_peer_strategies_train_through_the_learner(policy, name, params):
+    """Each peer mask (oat_dppo/trust_region/peers.py) in the local learner: two epochs over sampled
+    turns, the weights move, every metric finite, and the second epoch (pi moved off mu) is where a
+    mask can act."""
+    turns = sampled_turns(policy, n=4)
+    model = copy.deepcopy(policy[0])
+    before = [p.detach().clone() for p in model.parameters()]
+    learner = Learner(model, make_trust_region(name, **params),
+                      LearnerConfig(learning_rate=5e-2, mini_batch_size=2, micro_batch_size=2, num_ppo_epochs=2), pad_id=0)
+    metrics = learner.update(turns, random.Random(0))
+    assert metrics["optimizer_steps"] == 4
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    for k in ("loss", "grad_norm", "kept_frac", "ratio_max"):
+        assert np.isfinite(metrics[k]), k

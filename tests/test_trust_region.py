@@ -30,6 +30,13 @@ ALL = [
     "dppo_binary_kl",
     "dppo_topk_tv",
     "dppo_topk_kl",
+    # the peers' masks (oat_dppo/trust_region/peers.py, tests/test_trust_region_peers.py)
+    "ipo",
+    "icepop",
+    "kpop",
+    "tis",
+    "mis",
+    "trm",
 ]
 
 

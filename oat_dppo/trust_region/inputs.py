@@ -35,6 +35,9 @@ class TrustRegionInputs:
                          (exact); without it, 1 - sum of the float32 slots cannot resolve a tail below
                          ~S x 1e-7 and top-K KL reads such a tail at that noise (a lower estimate).
                          The learner passes it; TV does not need it.
+    sequence_ids:        [B, T] int64, which sequence each token belongs to, for strategies that decide
+                         per sequence (sequence IS, TRM). None (what both backends pass): each row is
+                         one sequence. Ids are >= 0; padding may carry any id (it is not valid).
     """
 
     logp: Tensor
@@ -46,6 +49,7 @@ class TrustRegionInputs:
     topk_logp: Tensor | None = None
     topk_valid: Tensor | None = None
     topk_other_logp: Tensor | None = None
+    sequence_ids: Tensor | None = None
 
 
 @dataclass
@@ -85,6 +89,7 @@ class PreparedBatch:
     topk_logp: Tensor | None = None  # [B, T, S]
     topk_valid: Tensor | None = None  # [B, T, S] bool
     topk_other_logp: Tensor | None = None  # [B, T] log pi(other), when the caller gave it
+    sequence_ids: Tensor | None = None  # [B, T] int64, or None: one sequence per row
 
     @cached_property
     def ratio(self) -> Tensor:
@@ -168,6 +173,14 @@ def prepare(inputs: TrustRegionInputs, *, anchor: str, needs_topk: bool) -> Prep
     topk = None
     if needs_topk:
         topk = _prepare_topk(inputs, shape, valid, anchor)
+    sequence_ids = inputs.sequence_ids
+    if sequence_ids is not None:
+        _check_2d("sequence_ids", sequence_ids, shape)
+        if sequence_ids.dtype.is_floating_point or sequence_ids.dtype == torch.bool:
+            raise ValueError(f"sequence_ids must be an integer tensor, got {sequence_ids.dtype}")
+        if bool((sequence_ids[valid] < 0).any()):
+            raise ValueError("sequence_ids must be >= 0 on trained tokens")
+        sequence_ids = torch.where(valid, sequence_ids.long(), torch.zeros((), dtype=torch.long, device=lp.device))
 
     return PreparedBatch(
         logp=lp,
@@ -182,6 +195,7 @@ def prepare(inputs: TrustRegionInputs, *, anchor: str, needs_topk: bool) -> Prep
         topk_logp=topk[1] if topk else None,
         topk_valid=topk[2] if topk else None,
         topk_other_logp=topk[3] if topk else None,
+        sequence_ids=sequence_ids,
     )
 
 

@@ -64,6 +64,11 @@ class MaskedPolicyGradient:
         """[B, T] the divergence the mask thresholds, if any (reported as `divergence_mean`)."""
         return None
 
+    def is_weight(self, p: PreparedBatch) -> Tensor:
+        """[B, T] the importance weight of eq. 23, min(r_t, C). Sequence-level IS overrides it with
+        one weight per sequence (min(prod_t r_t, C)); every other strategy keeps it."""
+        return p.ratio.clamp(max=self.C)
+
     # ---- shared by every strategy --------------------------------------------------------------
     @property
     def needs_old_logp(self) -> bool:
@@ -79,7 +84,7 @@ class MaskedPolicyGradient:
         with torch.no_grad():
             divergence = self.divergence(p)
             keep = p.valid & ~self.blocked(p, divergence)  # [B, T] M_t
-            weight_ratio = p.ratio.clamp(max=self.C)  # [B, T] min(r, C)
+            weight_ratio = self.is_weight(p)  # [B, T] min(r, C)
             weights = torch.where(keep, weight_ratio * p.advantages, torch.zeros((), device=keep.device))
         # loss = -w * exp(logp - sg(logp)): value -w (the surrogate), gradient -w d(logp) (eq. 23).
         # Non-kept positions use logp = 0 so a NaN there can reach neither value nor gradient.
