@@ -12,7 +12,7 @@ import tyro
 
 from oat_dppo.cli import fail, opt, parse
 from oat_dppo.config import parse_param_value
-from oat_dppo.lab.experiments import CONTROLS, EXPERIMENTS, FIGURES
+from oat_dppo.lab.experiments import CONTROLS, EXPERIMENTS, FIGURES, PEER_EXPERIMENTS
 from oat_dppo.lab.plots import plot_experiment
 from oat_dppo.lab.runner import run_experiment, summarize
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {**QUICK, **overrides}
     if args.iterations is not None:
         overrides["iterations"] = args.iterations
-    keys = list(FIGURES) + list(CONTROLS) if args.figure == "all" else [args.figure]
+    keys = list(FIGURES) + list(CONTROLS) + list(PEER_EXPERIMENTS) if args.figure == "all" else [args.figure]
     out = Path(args.out)
     plot_dir = Path(args.plot_dir) if args.plot_dir else out
     out.mkdir(parents=True, exist_ok=True)

@@ -126,5 +126,33 @@ EXPERIMENTS: dict[str, Experiment] = {
     ),
 }
 
+# The masks other frameworks ship (oat_dppo/trust_region/peers.py), each at its source's defaults, beside
+# PG-IS and DPPO-TV, in figure 3's regime and in its 20x-mismatch control.
+PEERS = (
+    PG_IS,
+    DPPO_TV,
+    StrategySpec("IPO (0.3)", "ipo", {}, "tab:blue"),
+    StrategySpec("IcePop [0.2, 5]", "icepop", {}, "tab:purple"),
+    StrategySpec("KPop (0.1)", "kpop", {}, "tab:brown"),
+    StrategySpec("TIS token (C=2)", "tis", {}, "tab:orange"),
+    StrategySpec("TIS seq (C=2)", "tis", {"level": "sequence"}, "tab:orange", "--"),
+    StrategySpec("MIS token [0.5, 2]", "mis", {}, "tab:pink"),
+    StrategySpec("MIS geo (1.001)", "mis", {"level": "geometric"}, "tab:pink", "--"),
+    StrategySpec("TRM max (0.05)", "trm", {}, "tab:cyan"),
+    StrategySpec("TRM mean (0.05)", "trm", {"reduce": "mean"}, "tab:cyan", "--"),
+)
+PEER_PANELS = (REWARD, MISMATCH, PROB_DIFF, ("kept_frac", "kept fraction"))
+EXPERIMENTS["peers"] = Experiment(
+    key="peers", title="The peers' masks in figure 3's regime (lr 1e-2, bf16-like engine)",
+    paper="(not in the paper) every mask the frameworks ship, at its source's defaults",
+    strategies=PEERS, panels=PEER_PANELS,
+)
+EXPERIMENTS["peers_bigmismatch"] = Experiment(
+    key="peers_bigmismatch", title="The peers' masks with an fp8-like engine (4 mantissa bits), lr 3e-3",
+    paper="(not in the paper) the same masks under a 20x larger training-inference mismatch",
+    strategies=PEERS, panels=PEER_PANELS, config=BASE.replace(lr=3e-3, mantissa_bits=4),
+)
+
 FIGURES = ("fig3", "fig4", "fig5", "fig6")  # the paper's figures
 CONTROLS = ("fig3_lowlr", "fig3_bigmismatch")  # regimes not in the paper; "all" runs both
+PEER_EXPERIMENTS = ("peers", "peers_bigmismatch")  # "all" runs them too
