@@ -7,8 +7,9 @@ The same run with the reply withheld (`feedback=false`: "ok." instead of the dig
 control: no learning can beat the blind bound there, so the first test could not pass by accident.
 
 The run is deterministic on one stack, and when a random model starts learning depends on its seed:
-with these settings seed 0 ends at 0.73 (held out), seeds 1-3 at 0.38, 0.23, 0.46 after 80 iterations
-(128 episodes per iteration: 0.41-0.78 across seeds 0-3). A change that alters what the run samples
+with these settings seed 0 ends at 0.73 (held out), seeds 1 and 2 at 0.38 and 0.23 after 80 iterations
+(no better than blind on their evaluation sets), seed 3 under pg_is at 0.46; with 128 episodes per
+iteration seeds 0-3 reach 0.41-0.78. A change that alters what the run samples
 can land it on a slower path: if the first test fails while the unit tests of test_feedback.py pass,
 rerun with another --seed before suspecting the loop.
 """
