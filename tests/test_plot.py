@@ -415,3 +415,23 @@ def test_cli_help_and_import_is_light():
     q = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
                        env=child_env())
     assert q.stdout.split() == ["False", "False"], q
+
+
+def test_success_panel_draws_the_feedback_blind_bound_where_runs_recorded_it(tmp_path: Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from oat_dppo.plot.figures import draw_panel
+    from oat_dppo.plot.panels import NAMED_PANELS
+
+    rows = [{"iteration": i, "rollout/success_rate": 0.1 * i} for i in range(5)]
+    with_bound = load_run(write_run(tmp_path / "a", {"trust_region": "ipo", "_feedback_blind_success": 0.4}, rows))
+    without = load_run(write_run(tmp_path / "b", {"trust_region": "ipo"}, rows))
+    for runs, expected in (([with_bound], [0.4]), ([without], [])):
+        fig, ax = plt.subplots()
+        draw_panel(ax, NAMED_PANELS["success"], [Series("ipo", runs)], ["C0"], "iteration", "std", 1, 1.0)
+        flat = [line.get_ydata()[0] for line in ax.lines if len(set(line.get_ydata())) == 1 and line.get_linestyle() == ":"]
+        assert flat == expected
+        plt.close(fig)

@@ -84,6 +84,12 @@ def draw_panel(
             dashed_drawn |= dashed
             if i not in drawn:
                 drawn.append(i)
+    references = sorted({float(v) for s in series for r in s.runs
+                         if isinstance(v := r.config.get(panel.reference or ""), (int, float))})
+    for value in references:  # e.g. the feedback-blind bound: success above it needs the env's replies
+        ax.axhline(value, color="0.35", lw=1.0, ls=":")
+        ax.text(0.99, value, "feedback-blind bound", transform=ax.get_yaxis_transform(), ha="right", va="bottom",
+                fontsize=7, color="0.35")
     if twin_of:
         sets = {root: [root] + [i for i, r in twin_of.items() if r == root] for root in twin_of.values()}
         note = "; ".join(" = ".join(series[i].label for i in members) for members in sets.values())

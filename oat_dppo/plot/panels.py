@@ -16,6 +16,7 @@ class Panel:
     title: str
     key: str  # solid line
     dashed: str | None = None  # the eval/ counterpart, dashed, where a run logged it
+    reference: str | None = None  # a config.json key drawn as a horizontal line where runs recorded it
 
     def keys(self) -> tuple[str, ...]:
         return (self.key,) if self.dashed is None else (self.key, self.dashed)
@@ -31,7 +32,9 @@ NAMED_PANELS: dict[str, Panel] = {
         # Over the whole update: the mismatch plus the policy's drift over the later optimizer steps.
         Panel("prob_diff", "|π − μ| over the update (mismatch + policy drift)", "train/prob_diff_mean"),
         Panel("entropy", "Policy entropy", "train/entropy"),
-        Panel("success", "Success rate", "rollout/success_rate", "eval/success_rate"),
+        # The dotted line: the most success a policy that ignores the env's replies can reach.
+        Panel("success", "Success rate", "rollout/success_rate", "eval/success_rate",
+              reference="_feedback_blind_success"),
         # Games with a feedback probe: after "higher", a higher guess (~0.5 when the replies are ignored).
         Panel("feedback", "Follows the environment's feedback (share of follow-up turns)",
               "rollout/feedback_follow_rate", "eval/feedback_follow_rate"),
