@@ -82,7 +82,7 @@ def first_digit(text: str) -> int | None:
 
 
 def first_char_digit(text: str, digits: int = 10) -> int | None:
-    """The guess of `guess="any_char"`: the first character's code point minus '0', modulo 10. Digits
+    """The guess of `guess="any_char"`: the first character's code point minus '0', modulo `digits`. Digits
     name themselves and every other character names one too, so a random byte-level model guesses
     every digit alike from its first reply instead of first learning to write digits."""
     return (ord(text[0]) - ord("0")) % digits if text else None
@@ -100,7 +100,8 @@ def follows_hint(observation: str, action: str) -> bool | None:
 
 
 class HiddenDigit:
-    """A hidden digit 0..9, `max_turns` guesses (the first digit of each reply). Reward 1 on a hit
+    """A hidden digit 0..`digits`-1, `max_turns` guesses (the first digit of each reply, or with
+    `guess="any_char"` its first character). Reward 1 on a hit
     (the episode ends); a miss is answered "N: higher." or "N: lower." (`feedback=False`: "N: no.").
     A wasted guess costs `wasted_guess_reward`: a reply without a digit, a digit said before, or one
     the replies already ruled out. (A random byte-level model writes a digit in 1 reply of 26: the
@@ -159,7 +160,8 @@ class HiddenDigit:
         return follows_hint(observation, action)
 
     def feedback_blind_success(self, max_turns: int) -> float:
-        """A policy that ignores the replies says the same digits whatever the target: at most
-        min(turns, 10) distinct guesses of 10 equally likely targets."""
+        """A policy that ignores the replies says the same digits whatever the target: at most one
+        distinct guess per scoring turn (reveal mode: the first turn cannot score) of `digits` equally
+        likely targets."""
         guesses = min(max_turns, self.max_turns) - (1 if self.reveal else 0)
         return min(guesses, self.digits) / self.digits

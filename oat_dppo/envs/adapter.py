@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import weakref
-import math
 from typing import Any, Callable
 
 from oat_dppo_envs.preset import EnvPreset

@@ -88,7 +88,7 @@ def draw_panel(
                          if isinstance(v := r.config.get(panel.reference or ""), (int, float))})
     for value in references:  # e.g. the feedback-blind bound: success above it needs the env's replies
         ax.axhline(value, color="0.35", lw=1.0, ls=":")
-        ax.text(0.99, value, "feedback-blind bound", transform=ax.get_yaxis_transform(), ha="right", va="bottom",
+        ax.text(0.99, value, panel.reference_label, transform=ax.get_yaxis_transform(), ha="right", va="bottom",
                 fontsize=7, color="0.35")
     if twin_of:
         sets = {root: [root] + [i for i, r in twin_of.items() if r == root] for root in twin_of.values()}

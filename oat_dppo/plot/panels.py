@@ -17,6 +17,7 @@ class Panel:
     key: str  # solid line
     dashed: str | None = None  # the eval/ counterpart, dashed, where a run logged it
     reference: str | None = None  # a config.json key drawn as a horizontal line where runs recorded it
+    reference_label: str = ""  # the line's label
 
     def keys(self) -> tuple[str, ...]:
         return (self.key,) if self.dashed is None else (self.key, self.dashed)
@@ -34,7 +35,7 @@ NAMED_PANELS: dict[str, Panel] = {
         Panel("entropy", "Policy entropy", "train/entropy"),
         # The dotted line: the most success a policy that ignores the env's replies can reach.
         Panel("success", "Success rate", "rollout/success_rate", "eval/success_rate",
-              reference="_feedback_blind_success"),
+              reference="_feedback_blind_success", reference_label="feedback-blind bound"),
         # Games with a feedback probe: after "higher", a higher guess (~0.5 when the replies are ignored).
         Panel("feedback", "Follows the environment's feedback (share of follow-up turns)",
               "rollout/feedback_follow_rate", "eval/feedback_follow_rate"),

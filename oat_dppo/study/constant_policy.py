@@ -25,6 +25,12 @@ EPISODES = 1000  # standard error of a mean reward ~0.25 / sqrt(1000) ~ 0.008 on
 _cache: dict[tuple, float] = {}
 
 
+def _env_key(cfg: TrainConfig) -> tuple:
+    """What makes two runs' environments the same (the caches below are keyed by it)."""
+    return (cfg.env, json.dumps(env_options(cfg), sort_keys=True, default=str), cfg.format_penalty, cfg.max_turns,
+            cfg.math_data)
+
+
 def constant_response_reward(cfg: TrainConfig, response: str, episodes: int = EPISODES) -> float:
     """The mean episode reward (the sum of its turns' rewards, as `rollout/reward_mean`) of saying
     `response` in every turn of `cfg`'s environment, over episode seeds 0..episodes-1. NaN when the
@@ -33,8 +39,7 @@ def constant_response_reward(cfg: TrainConfig, response: str, episodes: int = EP
 
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    key = (cfg.env, json.dumps(env_options(cfg), sort_keys=True, default=str), cfg.format_penalty,
-           cfg.max_turns, cfg.math_data, response, episodes)
+    key = (*_env_key(cfg), response, episodes)
     if key in _cache:
         return _cache[key]
     try:
@@ -64,11 +69,14 @@ def feedback_blind_success(cfg: TrainConfig) -> float:
     feedback probe or cannot be built here."""
     from oat_dppo.components import build_envs
 
-    try:
-        (env,) = build_envs(cfg, 1, for_eval=False)
-    except (EnvError, ValueError, OSError):
-        return math.nan
-    try:
-        return float(env.feedback_blind_success)
-    finally:
-        env.close()
+    key = ("blind", *_env_key(cfg))
+    if key not in _cache:
+        try:
+            (env,) = build_envs(cfg, 1, for_eval=False)
+        except (EnvError, ValueError, OSError):
+            return math.nan
+        try:
+            _cache[key] = float(env.feedback_blind_success)
+        finally:
+            env.close()
+    return _cache[key]
