@@ -88,11 +88,12 @@ def first_char_digit(text: str, digits: int = 10) -> int | None:
     return (ord(text[0]) - ord("0")) % digits if text else None
 
 
-def follows_hint(observation: str, action: str) -> bool | None:
-    """Whether `action`'s guess moves the way the hint `observation` (the env's newest reply) gave:
-    after "5: higher." a guess above 5. None when the reply is no hint or the action no guess."""
+def follows_hint(observation: str, action: str, read_guess=first_digit) -> bool | None:
+    """Whether `action`'s guess (as `read_guess` reads it) moves the way the hint `observation` (the
+    env's newest reply) gave: after "5: higher." a guess above 5. None when the reply is no hint or
+    the action no guess."""
     hint = _HINT.fullmatch(observation.strip())
-    guess = first_digit(action)
+    guess = read_guess(action)
     if hint is None or guess is None:
         return None
     previous = int(hint.group(1))
@@ -155,9 +156,8 @@ class HiddenDigit:
         return self._target
 
     # What the adapter reads to measure feedback use (see `EnvPreset.feedback_probe`).
-    @staticmethod
-    def follows_feedback(observation: str, action: str) -> bool | None:
-        return follows_hint(observation, action)
+    def follows_feedback(self, observation: str, action: str) -> bool | None:
+        return follows_hint(observation, action, self._read_guess)
 
     def feedback_blind_success(self, max_turns: int) -> float:
         """A policy that ignores the replies says the same digits whatever the target: at most one

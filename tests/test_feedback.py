@@ -84,6 +84,14 @@ def test_a_blind_policy_meets_the_bound_and_binary_search_beats_it():
     assert search_hits == 1000 and follows and all(follows)
 
 
+def test_the_probe_reads_guesses_as_the_env_does():
+    """With guess="any_char" a reply "A" is the guess (65 - 48) % 10 = 7: after "5: higher." it follows."""
+    env = make_env("smoke:hidden_digit", seed=0, guess="any_char")
+    env.reset(seed=1)
+    assert env.unwrapped.follows_feedback("5: higher.", "A") is True
+    assert make_env("smoke:hidden_digit", seed=0).unwrapped.follows_feedback("5: higher.", "A") is None
+
+
 def test_any_char_guesses_name_every_digit_and_digits_name_themselves():
     assert [first_char_digit(str(d)) for d in range(10)] == list(range(10))
     assert {first_char_digit(chr(c)) for c in range(256)} == set(range(10))
