@@ -56,6 +56,26 @@ def test_procedural_settings_are_checked_against_the_tasks():
     make_env("math:procedural", seed=0, size=10, max_terms=2)
 
 
+def test_number_answers_refuse_a_copied_expression():
+    """GEM grades with math-verify, which evaluates `\\boxed{1 + 9}` to 10: copying the question scores.
+    `answer=number` grades only a plain number in the last box."""
+    graded = {}
+    for rule in ("any", "number"):
+        env = make_env("math:procedural", seed=0, size=20, answer=rule, **EASY_ARITHMETIC)
+        question = env.reset(seed=3)[0]
+        expression = ONE_DIGIT.search(question).group(0).removeprefix("Question: Calculate ").rstrip(".")
+        answer = env.unwrapped.answer
+        rewards = []
+        for action in (f"\\boxed{{{answer}}}", f"\\boxed{{ {answer} }}", f"\\boxed{{{expression}}}",
+                       f"\\boxed{{{expression}}} so \\boxed{{{answer}}}", f"\\boxed{{{answer}}} is \\boxed{{{expression}}}",
+                       f"{answer}", "\\boxed{x}"):
+            env.reset(seed=3)
+            rewards.append(env.step(action)[1])
+        graded[rule] = rewards
+    assert graded["any"] == [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    assert graded["number"] == [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]  # the last box counts, as GEM reads it
+
+
 def test_gem_constructor_options_pass_and_misspellings_fail():
     env = make_env("game:GuessTheNumber-v0-easy", seed=0, max_number=50)
     assert "between 1 and 50" in env.reset()[0]
@@ -84,6 +104,8 @@ def test_env_option_parsing():
     (["--env", "math:procedural", "--env-option", "tasks=simple_equations", "--env-option", "max_value=-3"],
      "error: math:procedural: reasoning-gym's simple_equations refuses max_value=-3: max_value must be >= min_value"),
     (["--env-option", "max_turns=3"], "error: --env-option max_turns: use --max-turns"),
+    (["--env", "math:procedural", "--env-option", "answer=digits"],
+     "error: --env math:procedural: answer='digits': the grading rule is one of any, number"),
 ])
 def test_a_bad_env_option_is_one_error_and_no_run(tmp_path, capsys, args, message):
     run_dir = tmp_path / "never"

@@ -13,8 +13,10 @@ in the main thread; pass `use_mp=True` (one grader process per env) to step from
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -145,14 +147,54 @@ def load_math_file(
     return datasets.Dataset.from_dict({"problem": problems, "answer": answers})
 
 
+# What `answer="number"` accepts in the last \boxed{}: an integer, a decimal or a fraction of integers.
+NUMBER_ANSWER = re.compile(r"[-+]?\d+(\.\d+)?(/\d+)?")
+ANSWER_RULES = ("any", "number")
+
+
+def last_boxed(text: str) -> str | None:
+    r"""The content of the last `\boxed{...}` in `text` (nested braces kept), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 1, start + len("\\boxed{")
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j]
+    return None
+
+
+def check_number_answer(model_answer: str, gt_answer: Any, *, grade: Any) -> bool:
+    r"""GEM's grade (`grade(model_answer, gt_answer)`), given only where the last boxed answer is a plain
+    number. math-verify evaluates an expression, so `\boxed{1 + 66}` is right for 67: a policy that
+    copies an arithmetic question into the box earns full reward without computing anything (measured:
+    SmolLM2 finds it within two iterations, docs/results.md)."""
+    boxed = last_boxed(model_answer)
+    if boxed is None or not NUMBER_ANSWER.fullmatch(boxed.strip().strip("$").replace(" ", "")):
+        return False
+    return grade(model_answer, gt_answer)
+
+
 def make_math_env(dataset: Any, *, data_seed: int, use_mp: bool = False, env_id: str | None = None,
-                  **kwargs: Any) -> Any:
-    """GEM's MathEnv over `dataset` (through `gem.make(env_id, dataset=...)` for a GEM id)."""
+                  answer: str = "any", **kwargs: Any) -> Any:
+    """GEM's MathEnv over `dataset` (through `gem.make(env_id, dataset=...)` for a GEM id).
+
+    answer: "any" grades as GEM does (any expression math-verify finds equal); "number" takes only a
+    plain number in the box (`check_number_answer`)."""
+    if answer not in ANSWER_RULES:
+        raise ValueError(f"answer={answer!r}: the grading rule is one of {', '.join(ANSWER_RULES)}")
     gem = import_gem()
     if env_id is not None:
-        return gem.make(env_id, dataset=dataset, question_key="problem", answer_key="answer",
-                        seed=data_seed, use_mp=use_mp, **kwargs)
-    from gem.envs.math_env import MathEnv  # GEM: imported just above, by import_gem
+        env = gem.make(env_id, dataset=dataset, question_key="problem", answer_key="answer",
+                       seed=data_seed, use_mp=use_mp, **kwargs)
+    else:
+        from gem.envs.math_env import MathEnv  # GEM: imported just above, by import_gem
 
-    return MathEnv(dataset=dataset, question_key="problem", answer_key="answer", seed=data_seed,
-                   use_mp=use_mp, **kwargs)
+        env = MathEnv(dataset=dataset, question_key="problem", answer_key="answer", seed=data_seed,
+                      use_mp=use_mp, **kwargs)
+    if answer == "number":
+        # MathEnv grades through `self.check_correct(action, answer)` (in-process and in its pool); a
+        # partial of module-level functions pickles for the pool.
+        env.check_correct = functools.partial(check_number_answer, grade=type(env).check_correct)
+    return env

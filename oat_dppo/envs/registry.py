@@ -178,7 +178,8 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
       shuffle), for_eval (shift seed and data_seed by the preset's eval_seed_offset).
     Math options: math_data (file for `math`, `math:*`, `eval:*`), question_key, answer_key,
       use_mp (grade in a subprocess; needed when stepping from threads), and for
-      `math:procedural` size, tasks and any setting of those reasoning-gym tasks (max_digits=1).
+      `math:procedural` size, tasks, answer (any | number: only a plain number in the box is graded) and
+      any setting of those reasoning-gym tasks (max_digits=1).
     Anything else goes to the environment's constructor (GEM's `gem.make` kwargs, checked against
     the constructor's parameters, or your factory).
     """
@@ -255,9 +256,10 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
         elif env_id == PROCEDURAL_MATH_ID:
             size = int(env_kwargs.pop("size", DEFAULT_PROCEDURAL_SIZE))
             tasks = env_kwargs.pop("tasks", DEFAULT_PROCEDURAL_TASKS)
+            answer = env_kwargs.pop("answer", "any")
             # Every other option is a setting of the reasoning-gym tasks (checked there).
             dataset = procedural_math_dataset(seed=data_seed, size=size, tasks=tasks, **env_kwargs)
-            inner = make_math_env(dataset, data_seed=data_seed, use_mp=math_options["use_mp"])
+            inner = make_math_env(dataset, data_seed=data_seed, use_mp=math_options["use_mp"], answer=answer)
         elif own:
             inner = _make_user_env(preset.factory, seed, env_kwargs, max_turns)
         elif family == "import":
