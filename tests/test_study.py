@@ -780,15 +780,17 @@ def test_report_says_what_each_run_says_at_the_end(tmp_path):
 
     # before the final window (iterations 3-4): ignored
     (said.run_dir / "episodes.jsonl").write_text(episode(0, "x", "y") + episode(2, "x", "x", "x") +
-                                                 episode(3, "a|1\n", "a|1\n", "b") + episode(4, "a|1\n", "a|1\n"))
+                                                 episode(3, "a|1\n\x07", "a|1\n\x07", "b") +
+                                                 episode(4, "a|1\n\x07", "a|1\n\x07"))
     code, _, err = run_cli(str(path), "--report")
     assert code == 0, err
     rows = {r["seed"]: r for r in csv.DictReader(open(tmp_path / "out" / "runs.csv"))}
-    assert rows["0"]["final_response"] == "a|1\n" and float(rows["0"]["final_response_share"]) == pytest.approx(0.8)
+    assert rows["0"]["final_response"] == "a|1\n\x07" and float(rows["0"]["final_response_share"]) == pytest.approx(0.8)
     assert float(rows["0"]["repeat_rate_final"]) == pytest.approx(2 / 3)  # a->a, a->b, a->a
     assert rows["1"]["final_response"] == "" and rows["1"]["repeat_rate_final"] == ""
     md = (tmp_path / "out" / "summary.md").read_text()
-    assert "| dppo_binary_tv | 0 | `a\\|1\\n` | 0.80 | 0.667 |" in md  # | escaped, newline shown as \n
+    # | escaped, the newline shown as \n, the bell byte as \x07: the report stays plain text
+    assert "| dppo_binary_tv | 0 | `a\\|1\\n\\x07` | 0.80 | 0.667 |" in md
     assert "| dppo_binary_tv | 1 |" not in md
     assert "| - | - | - | 0.667 |" in md  # stability table: no mismatch, entropy, ratio logged; repeats of 1 seed
 

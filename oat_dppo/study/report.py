@@ -483,9 +483,19 @@ def runs_csv_text(groups: Sequence[Group]) -> str:
     return buf.getvalue()
 
 
+_SHOWN = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def shown_response(text: str) -> str:
+    """A response as one line of text: newlines and tabs as `\\n` `\\r` `\\t`, any other character that does
+    not print (a random model's NUL or bell byte) as its escape (`\\x00`), so a report stays plain text."""
+    return "".join(_SHOWN.get(c) or (c if c.isprintable() else c.encode("unicode_escape").decode("ascii"))
+                   for c in text)
+
+
 def responses_table(groups: Sequence[Group]) -> str:
-    """Per run that logged sample episodes: its most common response at the end (newlines and tabs
-    escaped, cut to 40 characters, in a code span), that response's share of the turns, the repeat
+    """Per run that logged sample episodes: its most common response at the end (`shown_response`,
+    cut to 40 characters, in a code span), that response's share of the turns, the repeat
     rate, the reward for saying that response in every turn beside the run's final reward, the
     success rate over the first and the final window beside the most a feedback-blind policy reaches,
     and the share of follow-up turns that moved the way the env's reply said (final window; about 0.5
@@ -499,7 +509,7 @@ def responses_table(groups: Sequence[Group]) -> str:
         for r in g.results:
             if not r.final_response and not math.isfinite(r.final_response_share):
                 continue
-            text = r.final_response.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+            text = shown_response(r.final_response)
             text = (text[:40] + "…" if len(text) > 40 else text).replace("`", "'").replace("|", "\\|")
             lines.append(f"| {g.trust_region} | " + " | ".join([*g.extra.values(), str(r.run.seed)]) +
                          f" | `{text}` | {r.final_response_share:.2f} | {_num(r.repeat_rate, 'final')} | "
