@@ -483,14 +483,11 @@ def runs_csv_text(groups: Sequence[Group]) -> str:
     return buf.getvalue()
 
 
-_SHOWN = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
 def shown_response(text: str) -> str:
-    """A response as one line of text: newlines and tabs as `\\n` `\\r` `\\t`, any other character that does
-    not print (a random model's NUL or bell byte) as its escape (`\\x00`), so a report stays plain text."""
-    return "".join(_SHOWN.get(c) or (c if c.isprintable() else c.encode("unicode_escape").decode("ascii"))
-                   for c in text)
+    """A response as one line of text: every character that does not print (newlines and tabs as `\\n`
+    `\\t`, a random model's NUL or bell byte as `\\x00` `\\x07`) as its Python escape, so a report stays
+    plain text."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def responses_table(groups: Sequence[Group]) -> str:
