@@ -194,6 +194,27 @@ def test_example_study_files():
         assert to_dict(parse(main_command(run, backend=study.backend)[3:])) == to_dict(run.config)
 
 
+def test_every_study_file_loads_and_its_committed_runs_are_its_own():
+    """Each experiments/*.toml parses, and every run committed under its `[study] results` was run with
+    the configuration the file now says (a committed run the file no longer describes would be
+    reported, or skipped on resume, as if it were the file's)."""
+    from oat_dppo.study.spec import config_differences
+
+    files = sorted((REPO / "experiments").glob("*.toml"))
+    assert len(files) >= 10
+    committed = 0
+    for path in files:
+        study = load_study(path)
+        assert study.runs, path.name
+        for run in study.runs:
+            saved = run.results_dir / "config.json" if run.results_dir is not None else None
+            if saved is not None and saved.is_file():
+                committed += 1
+                diffs = config_differences(json.loads(saved.read_text()), run)
+                assert not diffs, f"{path.name}: {run.name}: {diffs}"
+    assert committed >= 20
+
+
 # ---- bad input ----------------------------------------------------------------------------------
 
 
