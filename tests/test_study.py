@@ -19,6 +19,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers.child import child_env
 
@@ -749,11 +750,11 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     assert study.final_window == 2
     hf, vl = study.runs
     avx2 = {"cpu": "AMD EPYC", "cpu_native_bf16": False, "gpu": None, "torch": "torch 2.13.0+cpu"}
-    # well-formed 0.5 0.6 | 1.0 0.9 1.0: the lowest after the first window (2 iterations) is 0.9
+    # well-formed 0.5 0.0 | 0.1 0.9 1.0: the lowest after the first window (2 iterations) is 0.1
     fake_run(hf.run_dir, 5, checkpoint=True, config={"_machine": avx2}, rewards=[0.2, -0.1, -0.095, 0.5, 0.7],
              extra={i: {"train/kept_frac": 0.9, "train/prob_diff_mean": 0.002, "train/entropy": 1.0 - i / 10,
                         "train/mismatch_mean": 0.001 * i, "train/ratio_max": 1.0 + i % 3,
-                        "rollout/well_formed_rate": [0.5, 0.6, 1.0, 0.9, 1.0][i],
+                        "rollout/well_formed_rate": [0.5, 0.0, 0.1, 0.9, 1.0][i],
                         "rollout/feedback_follow_rate": [0.5, 0.5, 0.6, 0.8, 1.0][i]} for i in range(5)})
     fake_run(vl.run_dir, 5, checkpoint=True, rewards=[0.1, 0.1, 0.3, 0.2, -0.1])
     code, _, err = run_cli(str(path), "--report")
@@ -771,7 +772,7 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     assert float(by["hf"]["mismatch_mean"]) == pytest.approx(0.002) and by["vllm"]["mismatch_mean"] == ""
     assert float(by["hf"]["entropy_final"]) == pytest.approx(0.65) and by["vllm"]["entropy_final"] == ""
     assert float(by["hf"]["ratio_max"]) == 3.0 and by["vllm"]["ratio_max"] == ""
-    assert float(by["hf"]["well_formed_min"]) == 0.9 and by["vllm"]["well_formed_min"] == ""
+    assert float(by["hf"]["well_formed_min"]) == 0.1 and by["vllm"]["well_formed_min"] == ""
     # GuessTheNumber-easy: 4 distinct guesses of 1..10 whatever the replies say; feedback use over the last 2
     assert float(by["hf"]["blind_success"]) == pytest.approx(0.4) == float(by["vllm"]["blind_success"])
     assert float(by["hf"]["feedback_follow_final"]) == pytest.approx(0.9) and by["vllm"]["feedback_follow_final"] == ""
@@ -783,9 +784,23 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     # final reward, what its answer earns (no episodes), lowest reward, runs at the floor, iterations at the
     # floor, lowest well-formed rate per seed, kept, mismatch, drift, final entropy, largest pi/mu
     row = "| `tiny-qwen3` | `game:GuessTheNumber-v0-easy` | dppo_binary_tv | {} | 1 | {} | - | -0.100 | 1/1 | {} |"
-    assert row.format("hf", "0.600", "2.0 | 0.90 | 0.900 | 0.002 | 0.002 | 0.65 | 3") in md
+    assert row.format("hf", "0.600", "2.0 | 0.10 | 0.900 | 0.002 | 0.002 | 0.65 | 3") in md
     assert row.format("vllm", "0.050", "1.0 | - | - | - | - | - | -") in md
     assert "AMD EPYC (no native bf16), torch 2.13.0+cpu: 1 run; not recorded: 1 run" in md
+
+
+def test_a_batch_of_well_formed_wrong_answers_is_not_a_collapse():
+    """math's wrong answers earn its format-failure floor (0) too: only iterations at the floor with
+    most turns malformed count as collapsed; where the well-formed rate was not logged, the reward
+    alone decides (runs from before it existed)."""
+    from oat_dppo.study.report import floor_iterations
+
+    nan = math.nan
+    reward = np.array([0.0, 0.0, 0.005, 0.3, 0.0, nan])
+    well_formed = np.array([1.0, 0.2, 0.49, 0.0, nan, 0.0])
+    assert floor_iterations(reward, well_formed, 0.0) == 3  # iterations 1, 2 (malformed) and 4 (not logged)
+    assert floor_iterations(reward, np.full(6, nan), 0.0) == 4
+    assert floor_iterations(reward, well_formed, -0.1) == 0
 
 
 def test_report_says_what_each_run_says_at_the_end(tmp_path):

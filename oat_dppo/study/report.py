@@ -59,8 +59,10 @@ SUCCESS = "rollout/success_rate"
 WELL_FORMED = "rollout/well_formed_rate"
 FOLLOWS = "rollout/feedback_follow_rate"
 # An iteration is "collapsed" when its mean reward is within this of the format-failure floor (all
-# or nearly all episodes failed to write a parseable action).
+# or nearly all episodes failed to write a parseable action) and, where it was logged, fewer than
+# COLLAPSE_WELL_FORMED of its turns were well-formed (`floor_iterations`).
 COLLAPSE_MARGIN = 0.01
+COLLAPSE_WELL_FORMED = 0.5
 SIGNIFICANCE_METRICS = {"final": "final reward", "lowest": "lowest reward", "collapsed": "iterations at the floor",
                         "well_formed_min": "lowest well-formed rate (after the first window)"}
 # (file stem, metric, what it shows, log y-axis: for values that fall by orders of magnitude)
@@ -123,6 +125,17 @@ def _mean(y: np.ndarray) -> float:
     return float(np.mean(y)) if len(y) else math.nan
 
 
+def floor_iterations(reward: np.ndarray, well_formed: np.ndarray, floor: float) -> int:
+    """How many iterations collapsed to the format-failure floor: a mean reward within
+    `COLLAPSE_MARGIN` of it and, where the iteration logged its well-formed rate, fewer than half of
+    its turns well-formed. The second condition keeps apart an environment whose wrong answers earn
+    the floor too (math: 0 for a wrong answer as for an unparseable one): a batch of well-formed wrong
+    answers is not a collapse. `reward`, `well_formed`: [iterations], NaN where not logged."""
+    at_floor = np.isfinite(reward) & (reward <= floor + COLLAPSE_MARGIN)
+    formed = np.isfinite(well_formed) & (well_formed >= COLLAPSE_WELL_FORMED)
+    return int(np.sum(at_floor & ~formed))
+
+
 def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_window: int = 3) -> RunResult:
     its, r = _finite(table, REWARD)
     reach = math.nan
@@ -146,7 +159,7 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
         mismatch=_mean(_finite(table, MISMATCH)[1]),
         eval=float(ev[-1]) if len(ev) else math.nan,
         lowest=float(np.min(r)) if len(r) else math.nan,
-        collapsed=int(np.sum(r <= format_failure_floor(run) + COLLAPSE_MARGIN)),
+        collapsed=floor_iterations(table.column(REWARD), table.column(WELL_FORMED), format_failure_floor(run)),
         entropy_min=float(np.min(ent)) if len(ent) else math.nan,
         engine_mismatch=_mean(_finite(table, PRE_UPDATE_MISMATCH)[1]),
         finished=len(table) >= run.config.iterations,
@@ -546,7 +559,8 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
         "Stability: the **final reward** beside what **saying its final answer every turn earns** (the run's "
         "most common final response played in every turn of its environment, below: a policy settled on one "
         "answer earns about that); the **lowest reward** of a run (mean ± std over seeds); the **runs** and the "
-        "**iterations** (per run) whose mean reward sits at the environment's format-failure floor (collapse); "
+        "**iterations** (per run) whose mean reward sits at the environment's format-failure floor with most turns malformed "
+        "(collapse; a batch of well-formed wrong answers earning the same is not one); "
         f"each seed's **lowest well-formed rate** (`rollout/well_formed_rate`) after the first "
         f"{study.final_window} iterations: a dip of the format short of the floor, once the policy has learned "
         "it; the **kept** fraction; the engine's **mismatch** alone (mean `train/mismatch_mean`: |π − μ| before "
