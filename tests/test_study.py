@@ -208,11 +208,11 @@ def test_every_study_file_loads_and_its_committed_runs_are_its_own():
         study = load_study(path)
         assert study.runs, path.name
         for run in study.runs:
-            saved = run.results_dir / "config.json" if run.results_dir is not None else None
-            if saved is not None and saved.is_file():
-                committed += 1
-                diffs = config_differences(json.loads(saved.read_text()), run)
-                assert not diffs, f"{path.name}: {run.name}: {diffs}"
+            if run.results_dir is None or not (run.results_dir / "config.json").is_file():
+                continue
+            committed += 1
+            diffs = config_differences(json.loads((run.results_dir / "config.json").read_text()), run)
+            assert not diffs, f"{path.name}: {run.name}: {diffs}"
     assert committed >= 20
 
 
