@@ -67,6 +67,9 @@ class _TorchOptimizerHooks:
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
 
+    def normalizers(self, tokens: float, sequences: float) -> tuple[float, float]:
+        return tokens, sequences  # one process
+
 
 class Learner:
     def __init__(self, model, trust_region, config: LearnerConfig, *, pad_id: int, device: str | torch.device = "cpu"):

@@ -8,7 +8,9 @@
 
 A rollout batch gives several optimizer steps: the paper's setting, where the trust region matters
 from the second step on (pi has moved away from mu). The loss normalizers cover a whole optimizer
-step, so that accumulating micro-batches equals one big batch.
+step, so that accumulating micro-batches equals one big batch; with several data-parallel ranks
+they cover every rank's rows of the step (`UpdateHooks.normalizers`), so that the ranks' averaged
+gradient equals one process stepping on all of them.
 
 What differs between the backends is passed in, nothing else: how rows are permuted (a seeded
 `random.Random` locally, Oat's `np.random.permutation` on Oat, so that stock Oat is reproduced
@@ -104,6 +106,12 @@ class UpdateHooks(Protocol):
         """Apply the accumulated gradient (clipping included) and clear it; the gradient norm
         (not finite: the step was skipped)."""
 
+    def normalizers(self, tokens: float, sequences: float) -> tuple[float, float]:
+        """The loss normalizers of one optimizer step whose rows hold `tokens` response tokens and
+        `sequences` rows on this rank. With data-parallel ranks whose gradients are averaged
+        (DeepSpeed), the counts summed over the ranks / the number of ranks: then the average of the
+        ranks' gradients is the gradient of one process holding every rank's rows. One rank: unchanged."""
+
 
 def run_update(
     model,
@@ -129,13 +137,14 @@ def run_update(
     for index, step in enumerate(plan):
         rows = [r for micro in step for r in micro]
         step_tokens = float(batch.response_mask[torch.as_tensor(rows)].sum())
-        n_tok = max(step_tokens, 1.0)  # the loss normalizer (a step of loss-masked rows trains nothing)
+        n_tok, n_seq = hooks.normalizers(step_tokens, float(len(rows)))  # every rank's counts, not this one's
+        n_tok = n_tok if n_tok > 0 else 1.0  # a step of loss-masked rows trains nothing
         step_loss = 0.0
         for micro in step:
             mb = batch.rows(micro).to(device)
             loss, metrics = trust_region_loss(
                 model, mb, trust_region, aggregation=aggregation, constant_length=constant_length,
-                num_tokens=n_tok, num_sequences=float(len(rows)), logits_chunk_tokens=logits_chunk_tokens,
+                num_tokens=n_tok, num_sequences=n_seq, logits_chunk_tokens=logits_chunk_tokens,
             )
             hooks.backward(loss)
             step_loss += float(loss.detach())

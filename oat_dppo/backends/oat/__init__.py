@@ -6,7 +6,8 @@
     data.py          DPPOTransitionData / DPPOTransitionDataset; Oat batch -> TokenBatch
     actor.py         DPPOActor(PPOActor): GEM episodes through the shared agent loop
     learner.py       DPPOLearner(PPOLearner): the shared trust-region learning step
-    program.py       Oat's launchpad program (get_program), launch and supervision
+    program.py       Oat's launchpad program (get_program) and its launch
+    supervise.py     the launcher's watch over its nodes: how a run ends, and its exit status
 
 Importing this package is cheap (no Oat, no vLLM); `launch` imports them.
 """

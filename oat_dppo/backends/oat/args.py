@@ -301,11 +301,15 @@ def from_train_config(cfg: TrainConfig):
 # ---------------------------------------------------------------------------------------------
 
 
+def learners_per_group(args) -> int:
+    """Learner ranks of one node group (one launcher), as `oat.interface.get_program` splits its GPUs
+    (all of them when collocated, else the second half; an odd count shares one GPU)."""
+    return args.gpus if args.collocate else args.gpus - args.gpus // 2
+
+
 def learner_world_size(args) -> int:
-    """Learner ranks, as `oat.interface.get_program` splits the GPUs (all of them when collocated,
-    else the second half; an odd count shares one GPU)."""
-    per_group = args.gpus if args.collocate else args.gpus - args.gpus // 2
-    return per_group * args.num_groups
+    """Learner ranks of the whole run: every node group's (`--num-groups`)."""
+    return learners_per_group(args) * args.num_groups
 
 
 def finalize(args, *, world_size: int | None = None) -> list[str]:
@@ -435,6 +439,11 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
 
     # -- what the program needs -------------------------------------------------------------------
     args.algo = "PPO" if isinstance(args.algo, str) else args.algo
+    if args.launch_type != "local_mp":
+        raise ConfigError(f"--launch-type {args.launch_type}: only local_mp is supported, the launch whose nodes this "
+                          "launcher watches (an end, a crash or a stop signal ends every node with its own exit status); "
+                          "on several machines start one launcher per machine with --group-rank, --num-groups, "
+                          "--master-addr and --master-port (docs/oat.md)")
     if args.iterations is not None:
         if args.iterations < 1:
             raise ConfigError(f"--iterations must be >= 1, got {args.iterations}")

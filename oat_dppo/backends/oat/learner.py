@@ -33,7 +33,7 @@ from oat.algorithms.ppo import PPOLearner
 from oat.model import LLM
 
 from oat_dppo.agent import EVAL_KEYS, combine_eval
-from oat_dppo.backends.oat import cpu
+from oat_dppo.backends.oat import cpu, supervise
 from oat_dppo.backends.oat.args import aggregation_of, to_train_config
 from oat_dppo.backends.oat.data import DPPOTransitionDataset, to_token_batch
 from oat_dppo.components import build_trust_region
@@ -102,6 +102,17 @@ class _DeepSpeedHooks:
         lr.strategy.optimizer_step(lr.optimizer, lr.model, lr.scheduler)
         return norm
 
+    def normalizers(self, tokens: float, sequences: float) -> tuple[float, float]:
+        """DeepSpeed averages the learners' gradients: normalize by the mean count over learner ranks
+        (the counts of a step differ between ranks: each holds other responses)."""
+        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        if world == 1:
+            return tokens, sequences
+        device = "cuda" if torch.cuda.is_available() else "cpu"  # NCCL reduces CUDA tensors only
+        counts = torch.tensor([tokens, sequences], dtype=torch.float64, device=device)  # [2]
+        torch.distributed.all_reduce(counts)  # the default group: every learner rank
+        return float(counts[0]) / world, float(counts[1]) / world
+
 
 class MetricsFile:
     """Stands in front of Oat's wandb logger (`learner._wandb`, which Oat's `eval_and_log` calls with
@@ -143,6 +154,15 @@ class DPPOLearner(PPOLearner):
         self.aggregation = aggregation_of(args)
         # Oat's drgrpo aggregation: masked_sum / generate_max_length.
         self.constant_length = args.generate_max_length if self.aggregation == "seq_sum_constant_length" else None
+
+    # -- the node's life -------------------------------------------------------------------------------
+    def run(self):
+        """Oat's `LearnerBase.run` (set-up, every round, final eval, wandb's finish), ending by telling the
+        launcher that this learner finished instead of Oat's `lp.stop()` (see `supervise`)."""
+        with supervise.finish_without_stop():
+            super().run()
+        index = self.strategy.get_rank() - self.args.group_rank * self.args.learner_gpus_per_group
+        supervise.report_finished(supervise.learner_label(self.args.group_rank, index))
 
     # -- data: placeholders that pace the actor steps ---------------------------------------------------
     def prepare_data(self, strategy, tokenizer):

@@ -1,0 +1,219 @@
+"""How a launcher of Oat's program ends, and with which exit status.
+
+One launcher runs one node group (`--group-rank`): its IPC server (the plasma store), its vLLM actors
+and its DeepSpeed learners, each a process that launchpad's `local_mp` starts. A run over several
+machines starts one launcher per machine (docs/oat.md). Every launcher ends in exactly one of these
+ways, and every node process of its group, the plasma store included, has ended when it returns:
+
+| how the run ended | exit status |
+|---|---|
+| every learner of the group returned from its `run()` (final eval, wandb, checkpoints done) | 0 |
+| a node ended while nothing asked it to: a crash, the OOM killer, or a lost peer group | 1 |
+| SIGHUP to the launcher (its terminal or ssh session closed) | 129 |
+| SIGINT (Ctrl-C) | 130 |
+| SIGTERM (SLURM's time limit, `docker stop`, Kubernetes) | 143 |
+
+Signals give the shell's 128 + signal number, so a scheduler or a wrapper script (the study runner
+too) tells a preempted run from a finished one. A signal that comes before any node process started
+ends the launcher at once with the same status.
+
+Why learners leave a marker: Oat's learner rank 0 ends the program with `lp.stop()`, which is a
+SIGTERM to its launcher, the very signal a scheduler sends; the launchers of the other node groups
+get nothing at all; and launchpad starts each node behind a shell pipe, so a node's exit status is
+lost. Here a learner's `lp.stop()` does nothing (`finish_without_stop`); when its `run()` returns, it
+leaves a file named after its node (`report_finished`), and the launcher ends its group once every
+learner of the group has left one. A learner may take as long as it needs to finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: Set by the launcher for its node processes: where learners leave their "finished" markers.
+FINISHED_DIR_ENV = "OAT_DPPO_FINISHED_DIR"
+EXIT_DONE, EXIT_NODE_FAILED = 0, 1
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
+
+
+def exit_status(sig: int) -> int:
+    """The shell's status of a process ended by `sig`: 128 + its number (SIGTERM: 143)."""
+    return 128 + int(sig)
+
+
+def learner_label(group_rank: int, index: int) -> str:
+    """The node label Oat's `get_program` gives the `index`-th learner of node group `group_rank`."""
+    return f"learner_{group_rank}_{index}"
+
+
+# ---------------------------------------------------------------------------------------------
+# In a learner node
+# ---------------------------------------------------------------------------------------------
+
+
+class _LaunchpadWithoutStop:
+    """launchpad as `oat.learners.base` sees it, but `stop()` does nothing (everything else forwards)."""
+
+    def __init__(self, lp):
+        self._lp = lp
+
+    def __getattr__(self, name):
+        return getattr(self._lp, name)
+
+    @staticmethod
+    def stop() -> None:
+        return None
+
+
+@contextlib.contextmanager
+def finish_without_stop():
+    """Inside, in a learner launched by this module's launcher: Oat's `lp.stop()` at the end of
+    `LearnerBase.run` does nothing (the launcher ends the group when every learner reported). Under
+    any other launcher (Oat's own entry points) nothing changes."""
+    if not os.environ.get(FINISHED_DIR_ENV):
+        yield
+        return
+    import oat.learners.base as base  # its only use of launchpad is `lp.stop()`
+
+    real = base.lp
+    base.lp = _LaunchpadWithoutStop(real)
+    try:
+        yield
+    finally:
+        base.lp = real
+
+
+def report_finished(label: str) -> None:
+    """Tell the launcher that learner `label` returned from its `run()` (nothing outside it)."""
+    folder = os.environ.get(FINISHED_DIR_ENV)
+    if folder:
+        Path(folder, f"{label}.finished").touch()
+
+
+# ---------------------------------------------------------------------------------------------
+# In the launcher
+# ---------------------------------------------------------------------------------------------
+
+
+class Stopped(BaseException):
+    """A stop signal came before any node process started: there is nothing to stop."""
+
+    def __init__(self, sig: signal.Signals):
+        super().__init__(sig.name)
+        self.signal = sig
+
+
+class Supervisor:
+    """The launcher's watch over one node group, from before anything is built to the last node's end.
+
+        with Supervisor() as sup:      # SIGHUP / SIGINT / SIGTERM recorded from here on
+            ...build the program...    # a signal here raises `Stopped` (nothing started yet)
+            status = sup.run(program, resources)
+
+    `failure_hint` is added to the line that names a crashed node (e.g. that a lost peer group makes
+    a learner fail)."""
+
+    def __init__(self, *, failure_hint: str = "", poll_s: float = 0.5):
+        self.failure_hint = failure_hint
+        self.poll_s = poll_s
+        self.signal: signal.Signals | None = None
+        self.manager = None  # launchpad's WorkerManager, once lp.launch returned
+        self._launching = False
+        self._previous: dict[int, object] = {}
+        self._finished_dir: str | None = None
+
+    def __enter__(self) -> "Supervisor":
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        if self._finished_dir:
+            shutil.rmtree(self._finished_dir, ignore_errors=True)
+            os.environ.pop(FINISHED_DIR_ENV, None)
+
+    def _on_signal(self, signum, frame=None) -> None:
+        # For SIGINT and SIGTERM launchpad's dispatcher calls this (registered before it, so chained) and
+        # then stops the nodes itself; SIGHUP it does not handle.
+        if self.signal is None:
+            self.signal = signal.Signals(signum)
+        if self.manager is None and not self._launching:
+            raise Stopped(self.signal)
+        if signum == signal.SIGHUP and self.manager is not None:
+            self.manager._stop()
+
+    def run(self, program, resources) -> int:
+        """Launch `program` with launchpad's `local_mp`, watch its nodes until all have ended; the exit
+        status (module docstring)."""
+        import launchpad as lp
+
+        self._finished_dir = tempfile.mkdtemp(prefix="oat_dppo_finished_")
+        os.environ[FINISHED_DIR_ENV] = self._finished_dir  # node processes inherit the launcher's environment
+        self._launching = True
+        manager = lp.launch(program, launch_type="local_mp", local_resources=resources, terminal="current_terminal")
+        self.manager, self._launching = manager, False
+        # A node that ignores SIGTERM for 10 s is SIGKILLed; by default launchpad then SIGKILLs this process
+        # too, and the exit status would say nothing.
+        manager._kill_main_thread = False
+        if self.signal is not None:  # it came while the nodes were starting
+            manager._stop()
+        # launchpad's own bookkeeping (0.5.2, pinned): "label/index" -> psutil.Process of each node's wrapper
+        label_of = {id(p): name.split("/")[0] for name, procs in manager._active_workers.items() for p in procs}
+        learners = {label for label in label_of.values() if label.startswith("learner_")}
+        status: int | None = None
+        while True:
+            time.sleep(self.poll_s)
+            with manager._mutex:  # as launchpad's WorkerManager.wait does
+                before = _alive(manager)
+                manager._check_workers()  # reaps ended nodes; turns launchpad's kill alarm off once none is left
+                alive = _alive(manager)
+            if status is None:
+                status = self._outcome(learners, {label_of[p] for p in before - alive})
+            if not alive:
+                break
+        if status is None:  # cannot be: the poll that saw the last node go decided (kept for safety)
+            status = exit_status(self.signal) if self.signal is not None else EXIT_NODE_FAILED
+        self._say_how_it_ended(status)
+        return status
+
+    def _outcome(self, learners: set[str], gone: set[str]) -> int | None:
+        """The run's exit status once known (stopping the nodes where this launcher must), else None."""
+        if self.signal is not None:
+            return exit_status(self.signal)
+        finished = {p.stem for p in Path(self._finished_dir).glob("*.finished")}
+        if learners and learners <= finished:  # checked first: a learner leaves its marker, then exits
+            self.manager._stop()  # the actors and the IPC server never end by themselves
+            return EXIT_DONE
+        crashed = sorted(gone - finished)
+        if crashed:
+            hint = f"; {self.failure_hint}" if self.failure_hint else ""
+            print(f"oat_dppo: node {crashed[0]} ended while the program was running: it failed (its own log lines, "
+                  f"prefixed [{crashed[0]}], say why{hint}); stopping the other nodes", file=sys.stderr, flush=True)
+            self.manager._stop()
+            return EXIT_NODE_FAILED
+        return None
+
+    def _say_how_it_ended(self, status: int) -> None:
+        if status == EXIT_DONE:
+            how = "every learner finished"
+        elif status == EXIT_NODE_FAILED:
+            how = "a node failed"
+        else:
+            how = f"stopped by {self.signal.name}" + (" (Ctrl-C)" if self.signal == signal.SIGINT else "")
+        print(f"oat_dppo: {how}; every node process has ended (exit status {status})", file=sys.stderr, flush=True)
+
+
+def _alive(manager) -> set[int]:
+    return {id(p) for procs in manager._active_workers.values() for p in procs}
+
+
+__all__ = ["EXIT_DONE", "EXIT_NODE_FAILED", "FINISHED_DIR_ENV", "Stopped", "Supervisor", "exit_status",
+           "finish_without_stop", "learner_label", "report_finished"]
