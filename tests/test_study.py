@@ -987,3 +987,70 @@ def test_one_runner_per_study_directory(tmp_path):
         code, _, err = run_cli(str(path))
     assert code == 2 and "another `python -m oat_dppo.study` is running the runs in" in err
     assert not log_path(load_study(path).runs[0]).exists()  # nothing was started
+
+
+DRAWS_STUDY = """
+    [study]
+    name = "{name}"
+    out = "{out}"
+    results = "{results}"
+    final_window = 2
+    [base]
+    model = "tiny-qwen3"
+    env = "game:GuessTheNumber-v0-easy"
+    iterations = 6
+    engine = "{engine}"
+    [grid]
+    seed = [0, 1]
+    trust_region = ["pg_is", "dppo_binary_tv"]
+    """
+
+
+def test_report_counts_every_windows_draws_and_compares_each_arm_with_its_control(tmp_path):
+    """A grid point run in two GPU windows is two draws: the report reads each window's record
+    (`gpu_window_<date>.csv` beside the committed results), counts the finished draws stuck at the floor
+    (-0.1 in GuessTheNumber) with a Wilson interval, keeps stopped ones apart, and puts each arm beside
+    its control (`<study>_control.toml`): "not run yet" until the control has runs."""
+    results = tmp_path / "results"
+    results.mkdir()
+    path = write(tmp_path, DRAWS_STUDY.format(name="dec", out=tmp_path / "out", results=results / "dec", engine="vllm"),
+                 name="dec.toml")
+    control = write(tmp_path, DRAWS_STUDY.format(name="dec_control", out=tmp_path / "out_control",
+                                                 results=results / "dec_control", engine="hf"), name="dec_control.toml")
+
+    def record(window: str, draws: dict) -> None:
+        lines = ["study,trust_region,seed,iteration,rollout_reward_mean"]
+        lines += [f"{study},{tr},{seed},{i},{r}" for (study, tr, seed), rewards in draws.items()
+                  for i, r in enumerate(rewards)]
+        (results / f"gpu_window_{window}.csv").write_text("\n".join(lines) + "\n")
+
+    record("2026-12-01", {("dec", "pg_is", 0): [0.1, 0.5, -0.1, -0.1, -0.1, -0.1],  # stuck from 2
+                          ("dec", "pg_is", 1): [0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+                          ("dec", "dppo_binary_tv", 0): [0.1, 0.2, -0.1, -0.1],  # stopped at 4 of 6, stuck
+                          ("other", "pg_is", 1): [-0.1] * 6})  # another study's run: not this one's
+    record("2026-12-02", {("dec", "pg_is", 0): [0.1, 0.5, 0.6, 0.6, 0.6, 0.6],  # the same seed, another draw
+                          ("dec", "dppo_binary_tv", 1): [0.2, -0.1, 0.2, 0.2, 0.2, 0.2]})
+    first = load_study(path).runs[0]  # the study's committed copy of pg_is s0: the first window's draw
+    fake_run(first.results_dir, 6, checkpoint=False, rewards=[0.1, 0.5, -0.1, -0.1, -0.1, -0.1],
+             config=to_dict(first.config))
+    code, out, err = run_cli(str(path), "--report")
+    assert code == 0, err
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "| 2026-12-01 | pg_is | 0 | 6 | 2 | 4 | -0.10 |" in md
+    assert "| 2026-12-02 | pg_is | 0 | 6 | - | 0 | 0.60 |" in md
+    assert "| 2026-12-01 | dppo_binary_tv | 0 | 4 of 6 (stopped) | 2 | 2 | -0.10 |" in md
+    assert "| 2026-12-02 | dppo_binary_tv | 1 | 6 | - | 1 | 0.20 |" in md
+    assert "other" not in md
+    # pg_is: 1 of 3 finished draws stuck, Wilson 95% 0.06-0.79; dppo_binary_tv: 0 of 1, its stopped draw apart
+    assert "| pg_is | vllm float32 | 1/3 | 0.06-0.79 | 1.3 ± 1.9 | 0.350 ± 0.319 | - |" in md
+    assert "| dppo_binary_tv | vllm float32 | 0/1 | 0.00-0.79 | 1.0 | 0.200 | 4/6 (stuck) |" in md
+    assert "| pg_is | hf float32 (control) | " + " | ".join(["not run yet"] * 5) + " |" in md
+    assert "pg_is vs dppo_binary_tv: p = 1.000; pg_is vs its control: not run yet" in md
+    # Once the control has a run (here a committed one, no window record): it fills its row.
+    study = load_study(control)
+    fake_run(study.runs[0].results_dir, 6, checkpoint=False, rewards=[0.1, 0.5, 0.7, 0.7, 0.8, 0.8],
+             config=to_dict(study.runs[0].config))
+    assert run_cli(str(path), "--report")[0] == 0
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "| pg_is | hf float32 (control) | 0/1 | 0.00-0.79 | 0.0 | 0.800 | - |" in md
+    assert "pg_is vs its control: p = 1.000; dppo_binary_tv vs its control: not run yet" in md
