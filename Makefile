@@ -14,7 +14,7 @@ PIP     = $(PY) -m pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast bench gpu-results gpu-results-all clean setup-gpu
+.PHONY: setup run test test-fast bench gpu-results gpu-results-all land-gpu clean setup-gpu
 
 setup: $(VENV)/.installed
 
@@ -71,13 +71,21 @@ bench: setup
 	$(PY) -m oat_dppo.bench trust-region
 
 # On one GPU, after setup-gpu (or the offline kit, ../shared/gpu/README.md). A window of 15 minutes:
-# `make gpu-results` runs the decisive study (PG-IS vs DPPO-TV, vLLM bf16, 5 seeds) and the peers'
-# pilot beside it to a deadline (WINDOW_S seconds), finished runs committed to docs/results/; run it
-# again in the next window to continue. `make gpu-results-all`: everything issue 9 publishes (the GPU
-# tests, bench gpu, the full mismatch studies and their reports), for a longer lease.
+# `make gpu-results` takes the next unfinished work in a fixed order to a deadline (WINDOW_S seconds):
+# the Oat program on the GPU once its kit exists, the decisive study (PG-IS vs DPPO-TV, vLLM bf16, 5
+# seeds), its float32 control, the peers' pilot, the speed comparison once it exists, `bench gpu`
+# (setup/gpu_window.sh; DRY_RUN=1 prints the order); everything that ran travels back in one archive.
+# Here, `make land-gpu ARCHIVE=path/window.tar.gz` puts it in place (setup/land_gpu_window.py).
+# `make gpu-results-all`: everything issue 9 publishes (the GPU tests, bench gpu, the full mismatch
+# studies and their reports), for a longer lease.
 WINDOW_S ?= 420
 gpu-results:
 	PYTHON=$(PYTHON) setup/gpu_window.sh $(WINDOW_S)
+
+ARCHIVE ?=
+land-gpu:
+	@test -n "$(ARCHIVE)" || { echo "usage: make land-gpu ARCHIVE=path/window.tar.gz [WINDOW=YYYY-MM-DD]" >&2; exit 2; }
+	$(PYTHON) setup/land_gpu_window.py "$(ARCHIVE)" $(if $(WINDOW),--window $(WINDOW))
 
 GPU_STUDIES = gpu_mismatch gpu_mismatch_math
 gpu-results-all:

@@ -1,43 +1,134 @@
 #!/usr/bin/env bash
-# One GPU window (15 minutes of device time, the kit's transfer included), after the kit is installed
-# (../shared/gpu/README.md): the decisive study first (experiments/gpu_decisive.toml: PG-IS against
-# DPPO-TV with vLLM bf16 rollouts, 5 seeds, as many at once as the card holds), the peers' pilot
-# (experiments/peers_gtn.toml) beside it, both stopped at the deadline. Finished runs land in their
-# studies' committed results (docs/results/...); they, every run's metrics so far and logs travel back
-# in $OUT/window.tar.gz, beside the GPU's memory over time. Re-running it in the next window continues
-# the studies.
+# One GPU window (15 minutes of device time, the kit's transfer included; ../shared/gpu/README.md): the
+# next unfinished work in a fixed order, each step in the time the deadline leaves, then everything that
+# ran packed into one archive, $OUT/window.tar.gz. Land it here with `make land-gpu ARCHIVE=...`
+# (setup/land_gpu_window.py). Running it again in the next window continues where this one stopped.
 #
-#   usage: setup/gpu_window.sh [SECONDS] [PARALLEL]     (defaults: 420 s, 6 decisive runs at once)
+#   1. oat      the Oat program on the GPU: setup/oat_gpu_window.sh SECONDS, once that kit exists (skipped until then)
+#   2. studies  in this order, sharing PARALLEL runs at once: gpu_decisive (its unfinished runs first),
+#               gpu_decisive_control (the float32 control), peers_gtn (the peers' pilot); finished runs
+#               are committed to docs/results/<study>/, the rest stop at the deadline
+#   3. speed    issue 39's comparison on the GPU: setup/speed_gpu_window.sh SECONDS, once it exists
+#   4. bench    `python -m oat_dppo.bench gpu`, one section at a time while BENCH_MIN_S seconds remain
+#
+#   usage: setup/gpu_window.sh [SECONDS] [PARALLEL]     (defaults: 420 s, 6 runs at once)
+#          DRY_RUN=1 setup/gpu_window.sh                prints the order and each study's runs left; runs nothing
 set -u
 DEADLINE=${1:-420}; PARALLEL=${2:-6}
-OUT=${OUT:-runs/gpu_window}; mkdir -p "$OUT"
-SITE=${SITE:-$HOME/kit/site}
-# On the kit the project is on PYTHONPATH: its top-level envs/ must be importable as oat_dppo_envs.
-[ -d "$SITE" ] && [ ! -e "$SITE/oat_dppo_envs" ] && ln -s "$PWD/envs" "$SITE/oat_dppo_envs"
-export HF_HUB_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_ENABLE_V1_MULTIPROCESSING=0
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-(while sleep 15; do echo "$(date +%T) $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader)"; done) \
-  > "$OUT/gpu_usage.txt" 2>&1 &
-MONITOR=$!
+PY=${PYTHON:-python3}
+OUT=${OUT:-runs/gpu_window_out}     # what comes back from the device (the archive and a summary)
+W=${WINDOW_DIR:-runs/gpu_window}    # this window's logs and step outputs (packed into the archive)
+HOOKS=${HOOKS:-setup}               # where the steps that need their own kit live
+WINDOW=${WINDOW:-$(date -u +%F)}
+RESERVE=${RESERVE:-75}              # seconds kept back: a stopped study's runs get 60 s to end, then the packing
+STAGGER_S=${STAGGER_S:-30}          # between two studies' starts: the first one's vLLM engines size their caches
+BENCH_MIN_S=${BENCH_MIN_S:-240}
+STUDIES=(gpu_decisive gpu_decisive_control peers_gtn)
+DRY=${DRY_RUN:-0}
 start=$(date +%s)
-timeout -s INT -k 60 "$DEADLINE" "${PYTHON:-python3}" -m oat_dppo.study experiments/gpu_decisive.toml --parallel "$PARALLEL" \
-  > "$OUT/gpu_decisive.log" 2>&1 &
-DECISIVE=$!
-sleep 30   # the decisive runs' vLLM engines profile their memory first
-timeout -s INT -k 60 $((DEADLINE - 30)) "${PYTHON:-python3}" -m oat_dppo.study experiments/peers_gtn.toml --parallel 3 \
-  > "$OUT/peers_gtn.log" 2>&1 &
-wait "$DECISIVE" $!
-# a run that outlived its study (stopped at the deadline) must not hold the GPU or the copy below
-pkill -INT -f "runs/studies/(gpu_decisive|peers_gtn)/" 2>/dev/null; sleep 5; pkill -9 -f "runs/studies/(gpu_decisive|peers_gtn)/" 2>/dev/null
+left() { echo $(( DEADLINE - ($(date +%s) - start) - RESERVE )); }
+say() { echo "[$(date -u +%T) +$(( $(date +%s) - start ))s] $*" | tee -a "$W/steps.txt"; }
+mkdir -p "$OUT" "$W"
+: > "$W/steps.txt"
+printf 'window=%s\ncommit=%s\ndeadline_s=%s\nparallel=%s\n' "$WINDOW" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+  "$DEADLINE" "$PARALLEL" > "$W/window.txt"
+
+if [ "$DRY" != 1 ]; then
+  SITE=${SITE:-$HOME/kit/site}
+  # On the kit the project is on PYTHONPATH: its top-level envs/ must be importable as oat_dppo_envs.
+  [ -d "$SITE" ] && [ ! -e "$SITE/oat_dppo_envs" ] && ln -s "$PWD/envs" "$SITE/oat_dppo_envs"
+  export HF_HUB_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_ENABLE_V1_MULTIPROCESSING=0
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >> "$W/window.txt" 2>&1
+  (while sleep 15; do echo "$(date +%T) $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader)"; done) \
+    > "$W/gpu_usage.txt" 2>&1 &
+  MONITOR=$!
+fi
+
+# A step that exists only once its kit does: run it with the time left, or say in one line why not.
+hook() {  # name script
+  local name=$1 script=$2 budget; budget=$(left)
+  if [ ! -x "$script" ]; then say "$name: skipped ($script does not exist yet)"; return; fi
+  if [ "$budget" -lt 60 ]; then say "$name: skipped (${budget} s left)"; return; fi
+  if [ "$DRY" = 1 ]; then say "$name: would run $script $budget"; return; fi
+  say "$name: $script $budget"
+  mkdir -p "$W/$name"
+  STEP_OUT="$W/$name" timeout -s INT -k 30 "$budget" "$script" "$budget" > "$W/$name.log" 2>&1
+  say "$name: exit $?"
+}
+
+runs_left() {  # study -> runs not done (to resume + to start), from the study's own dry run
+  "$PY" -m oat_dppo.study "experiments/$1.toml" --dry-run 2>/dev/null |
+    sed -n 's/.* done (skipped), \([0-9]*\) to resume, \([0-9]*\) to start.*/\1 \2/p' | awk '{print $1 + $2}'
+}
+
+# Rounds: the studies with runs left take PARALLEL slots in the order above (the decisive study's runs
+# first); a round ends when its studies do (or at the deadline), and the next one shares the slots again.
+# A study that made no progress in a round (its runs failed) gets no further round.
+studies() {
+  declare -A ran=()  # study -> its runs left when it last started; "stuck" once a round left it there
+  local round s n k free budget pids
+  for round in 1 2 3 4; do
+    free=$PARALLEL; pids=()
+    for s in "${STUDIES[@]}"; do
+      [ "${ran[$s]:-}" = stuck ] && continue
+      n=$(runs_left "$s"); n=${n:-0}
+      if [ -n "${ran[$s]:-}" ] && [ "$n" -gt 0 ] && [ "$n" -ge "${ran[$s]}" ]; then
+        say "$s: no run finished in the last round ($n left): left alone"; ran[$s]=stuck; continue
+      fi
+      [ "$n" -eq 0 ] && { [ "$round" = 1 ] && say "$s: every run done"; continue; }
+      [ "$free" -eq 0 ] && { say "$s: $n runs left, waiting for a free slot"; continue; }
+      budget=$(left)
+      [ "$budget" -lt 120 ] && { say "$s: $n runs left, ${budget} s is too little to start"; continue; }
+      k=$(( n < free ? n : free )); free=$(( free - k )); ran[$s]=$n
+      if [ "$DRY" = 1 ]; then
+        say "studies, round $round: $s: $n runs left, would run $k at a time for ${budget} s"
+        continue
+      fi
+      [ "${#pids[@]}" -gt 0 ] && sleep "$STAGGER_S" && budget=$(left)
+      say "studies, round $round: $s: $n runs left, $k at a time, ${budget} s"
+      timeout -s INT -k 60 "$budget" "$PY" -m oat_dppo.study "experiments/$s.toml" --parallel "$k" >> "$W/$s.log" 2>&1 &
+      pids+=($!)
+    done
+    [ "$DRY" = 1 ] && return
+    [ "${#pids[@]}" -eq 0 ] && return
+    wait "${pids[@]}"
+    # a run that outlived its study (stopped at the deadline) must not hold the GPU or the copy below
+    for s in "${STUDIES[@]}"; do pkill -INT -f "runs/studies/$s/" 2>/dev/null; done; sleep 5
+    for s in "${STUDIES[@]}"; do pkill -9 -f "runs/studies/$s/" 2>/dev/null; done
+  done
+}
+
+bench() {
+  local section budget
+  for section in rollout learner mismatch; do
+    budget=$(left)
+    if [ "$budget" -lt "$BENCH_MIN_S" ]; then say "bench gpu --sections $section: skipped (${budget} s left)"; continue; fi
+    if [ "$DRY" = 1 ]; then say "bench gpu --sections $section: would run for up to ${budget} s"; continue; fi
+    say "bench gpu --sections $section"
+    timeout -s INT -k 30 "$budget" "$PY" -m oat_dppo.bench gpu --sections "$section" --out "$W/bench_gpu_$section.md" \
+      > "$W/bench_gpu_$section.log" 2>&1
+    say "bench gpu --sections $section: exit $?"
+  done
+}
+
+say "window $WINDOW: ${DEADLINE} s, ${PARALLEL} runs at once$([ "$DRY" = 1 ] && echo ' (dry run: nothing runs)')"
+hook oat "$HOOKS/oat_gpu_window.sh"
+studies
+hook speed "$HOOKS/speed_gpu_window.sh"
+bench
+[ "$DRY" = 1 ] && exit 0
 kill "$MONITOR" 2>/dev/null
-echo "studies ran $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu.txt"
-# $OUT returns at most 8 files: everything else travels in one archive (unpack it in the checkout:
-# `tar -xzf window.tar.gz` puts the finished runs under docs/results/, the rest under runs/studies/).
-paths=()
-for s in gpu_decisive peers_gtn; do
+for s in "${STUDIES[@]}"; do  # the window's own report of each study it ran (no figures needed to land)
+  [ -d "runs/studies/$s" ] && "$PY" -m oat_dppo.study "experiments/$s.toml" --report > /dev/null 2>&1
+done
+say "done after $(( $(date +%s) - start )) s"
+# $OUT returns at most 8 files: everything travels in one archive (setup/land_gpu_window.py unpacks it).
+paths=("$W")
+for s in "${STUDIES[@]}"; do
   [ -d "docs/results/$s" ] && paths+=("docs/results/$s")
   [ -d "runs/studies/$s" ] && while IFS= read -r f; do paths+=("$f"); done < <(
     find "runs/studies/$s" \( -name config.json -o -name metrics.jsonl -o -name '*.log' -o -name '*.md' -o -name '*.csv' \) -size -4M)
 done
 tar -czf "$OUT/window.tar.gz" "${paths[@]}" && tar -tzf "$OUT/window.tar.gz" | grep -c . | sed 's/^/files in window.tar.gz: /'
+cp "$W/steps.txt" "$W/window.txt" "$OUT/" 2>/dev/null
 ls -l "$OUT"
