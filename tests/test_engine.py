@@ -343,6 +343,21 @@ def test_seeded_generation_is_reproducible_and_private(qwen):
     assert [g.response_ids for g in d] == [g.response_ids for g in e]
 
 
+def test_evaluation_temperature_zero_is_greedy(qwen):
+    """--eval-temperature 0: the most likely token each step, whatever the seed; the engine's own sampling
+    (temperature None) draws other replies from other seeds."""
+    engine = HFEngine(*qwen)
+    prompts = _prompts([3, 11, 6])
+    a, b = (engine.generate(prompts, max_new_tokens=8, seed=s, temperature=0.0) for s in (1, 2))
+    assert [g.response_ids for g in a] == [g.response_ids for g in b]
+    for p, g in zip(prompts, a):  # each token is the argmax given the prompt and the tokens before it
+        ids = torch.tensor([p + g.response_ids])
+        logits = engine.model(input_ids=ids).logits[0, len(p) - 1:-1]
+        assert logits.argmax(-1).tolist() == g.response_ids
+    c, d = (engine.generate(prompts, max_new_tokens=8, seed=s) for s in (1, 2))
+    assert [g.response_ids for g in c] != [g.response_ids for g in d]
+
+
 def test_training_mode_is_restored(qwen):
     model, tok = qwen
     model.train()

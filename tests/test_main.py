@@ -299,7 +299,10 @@ def test_sigint_before_the_first_checkpoint_leaves_nothing(tmp_path):
     assert "resume with" not in err and not run_dir.exists()
 
 
-def test_sigint_saves_and_the_run_resumes(tmp_path, capsys):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_saves_and_the_run_resumes(tmp_path, capsys, sig):
+    """Ctrl-C, and SIGTERM as a scheduler sends it: the update finishes, a checkpoint is saved, the exit
+    status names the signal (130, 143), and the run resumes."""
     run_dir = tmp_path / "r"
     proc = subprocess.Popen(
         [sys.executable, "-m", "oat_dppo.main", *TINY, "--run-dir", str(run_dir), "--env", "rg:arc_1d",
@@ -309,9 +312,9 @@ def test_sigint_saves_and_the_run_resumes(tmp_path, capsys):
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics_file.exists() and metrics_file.read_text().count("\n") >= 1):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
+    assert proc.returncode == 128 + sig, err[-2000:]
     assert f"resume with: {os.path.relpath(sys.executable, REPO)} -m oat_dppo.main --resume" in err  # the venv's
     done = len(metrics(run_dir))
     assert done >= 1 and (run_dir / "checkpoint" / "state.json").exists()

@@ -230,11 +230,53 @@ def test_on_a_cpu_gpus_counts_processes():
     if torch.cuda.is_available():
         pytest.skip("with CUDA, --gpus counts GPUs")
     args, notes = resolve("--env", "smoke:digits")
-    assert args.gpus == 2 and A.learner_world_size(args) == 1 and args.flash_attn is False
-    assert args.check_sync == "on"
-    assert any("eager attention" in n for n in notes)
+    assert args.gpus == 2 and A.learner_world_size(args) == 1
     args, _ = resolve("--env", "smoke:digits", "--gpus", "4", "--zero-stage", "3")
-    assert A.learner_world_size(args) == 2 and args.check_sync == "off"
+    assert A.learner_world_size(args) == 2
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_machine_settings_are_decided_on_the_node_not_the_launcher(cuda):
+    """flash-attention and --check-sync auto travel unresolved (a launcher without CUDA must not ship a
+    CPU-shaped config to GPU nodes); each learner resolves them for the machine it runs on."""
+    args, notes = resolve("--env", "smoke:digits")
+    assert args.flash_attn is True and args.check_sync == "auto"  # Oat's default, as the user left it
+    assert not any("eager attention" in n for n in notes)
+    node_notes = A.resolve_on_node(args, cuda=cuda)
+    assert args.flash_attn is cuda and args.check_sync == ("off" if cuda else "on")
+    assert any("eager attention" in n for n in node_notes) is not cuda
+    for extra in (["--zero-stage", "3"], ["--asynchronous"]):
+        args, _ = resolve("--env", "smoke:digits", *extra)
+        A.resolve_on_node(args, cuda=False)
+        assert args.check_sync == "off", extra
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_on_a_cpu_without_native_bf16_the_default_is_float32(monkeypatch, native):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("with CUDA, Oat's bf16 default stands")
+    monkeypatch.setattr(A, "cpu_has_native_bf16", lambda: native)
+    args, notes = resolve("--env", "smoke:digits")
+    assert args.bf16 is native and not args.fp16
+    assert any("float32" in n for n in notes) is not native
+    args, _ = resolve("--env", "smoke:digits", "--dtype", "bfloat16")  # chosen: kept
+    assert args.bf16 is True
+
+
+def test_eval_temperature_has_the_local_backends_default_and_meaning():
+    args, _ = resolve("--env", "smoke:digits")
+    assert args.eval_temperature == TrainConfig.eval_temperature == 1.0  # Oat's own default is 0 (greedy)
+    args, _ = resolve("--env", "smoke:digits", "--eval-temperature", "0")
+    assert args.eval_temperature == 0.0 and A.to_train_config(args).eval_temperature == 0.0
+    with pytest.raises(ConfigError, match="--eval-temperature -1.0: must be >= 0"):
+        resolve("--env", "smoke:digits", "--eval-temperature", "-1")
+
+
+def test_check_sync_on_is_refused_with_asynchronous_actors():
+    with pytest.raises(ConfigError, match="--check-sync asks the actor's vLLM .* --asynchronous"):
+        resolve("--env", "smoke:digits", "--check-sync", "on", "--asynchronous")
 
 
 def test_launch_accepts_a_train_config():

@@ -429,3 +429,37 @@ def test_hf_policy_unwraps_oats_llm_and_the_deepspeed_engine(tok):
     assert hf_policy(learner.model) is engine.module and isinstance(engine.module, PreTrainedModel)
     assert hf_policy(engine) is engine.module and hf_policy(engine.module) is engine.module
     assert isinstance(learner, PPOLearner)
+
+
+def test_check_sync_without_a_probe_logs_no_sync_metrics(tok, monkeypatch):
+    """A round with no response to probe: the sync/... keys are absent from the log row (a 0.0 would read as
+    a perfect sync); with a probe, every key of `SYNC_KEYS` is there."""
+    from oat.learners.base import LearnerBase
+
+    from oat_dppo.backends.oat.learner import SYNC_KEYS
+
+    learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_binary_tv"), learner_cls=DPPOLearner)
+    learner.args.check_sync = "on"
+    monkeypatch.setattr(LearnerBase, "sync_params_to_actors", lambda self: None)  # Oat's broadcast: no vLLM here
+    empty = H.make_transitions(tok, 2, num_samples=2)
+    for t in empty:
+        t.response_ids = []
+    learner.pi_buffer.clear()
+    learner.pi_buffer.extend(empty)
+    with H.single_process_group():
+        learner.sync_params_to_actors()
+    assert learner._sync_info == {}
+
+    class Actor:  # the first actor's answer to the probe: its log-probs of the response, and a weights digest
+        def __init__(self, digest):
+            self.digest = digest
+
+        def sync_probe(self, prompt_ids, response_ids):
+            return [0.0] * len(response_ids), self.digest
+
+    learner.pi_buffer.clear()
+    learner.pi_buffer.extend(H.make_transitions(tok, 2, num_samples=2))
+    learner.actors = [Actor("a")]
+    with H.single_process_group():
+        learner.sync_params_to_actors()
+    assert set(learner._sync_info) == set(SYNC_KEYS) and learner._sync_info["sync/probe_tokens"] > 0

@@ -150,6 +150,10 @@ def test_the_program_trains_and_exits_cleanly(one_and_one):
     assert [r["misc/policy_sgd_step"] for r in rows] == [1.0, 2.0, 3.0]
     for r in rows:
         assert r["train/grad_norm"] > 0  # every step has a gradient to apply
+    [config] = one_and_one.run_dir.glob("*/config.json")  # what ran, as a local run records it
+    config = json.loads(config.read_text())
+    assert config["backend"] == "oat" and config["eval_temperature"] == 1.0 and config["env"] == "smoke:digits"
+    assert config["_oat"]["flash_attn"] is False and config["_oat"]["check_sync"] == "on"  # resolved on the node
 
 
 def test_every_sync_reaches_the_actor_and_it_then_computes_the_learners_logprobs(one_and_one):
@@ -217,7 +221,53 @@ def test_ctrl_c_stops_every_node_and_the_plasma_store(tmp_path):
     left = no_process_left(run, within_s=5)
     assert rc == 130, run.output()[-2000:]
     assert left == []
-    assert "stopped by Ctrl-C" in run.output()
+    assert "stopped by SIGINT (Ctrl-C); every node process has ended (exit status 130)" in run.output()
+
+
+def wait_for_output(program: Program, needle: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while needle not in program.output():
+        if program.proc.poll() is not None or time.monotonic() > deadline:
+            program.kill()
+            pytest.fail(f"{needle!r} did not come:\n{program.output()[-3000:]}")
+        time.sleep(0.2)
+
+
+def wait_for_node(program: Program, label: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            program.node_pid(label)
+            return
+        except AssertionError:
+            if program.proc.poll() is not None or time.monotonic() > deadline:
+                program.kill()
+                pytest.fail(f"node {label} did not start:\n{program.output()[-3000:]}")
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize("sig, moment, to_group", [
+    (signal.SIGTERM, "start-up", False),  # the launcher is building the program or starting its nodes
+    (signal.SIGHUP, "nodes running", False),  # the actor has started; no learning round yet
+    (signal.SIGTERM, "between rounds", True),  # as SLURM's scancel: every process of the job
+])
+def test_a_stop_signal_ends_every_node_with_the_signals_status(tmp_path, sig, moment, to_group):
+    """SIGTERM (schedulers) and SIGHUP (a closed terminal) end the run as Ctrl-C does, at any moment,
+    with 128 + the signal's number: a preempted run never reads as a finished one."""
+    run = Program(tmp_path / "stopped", "--gpus", "2", "--iterations", "1000", "--episodes-per-iteration", "8",
+                  "--train-batch-size", "8", "--train-batch-size-per-device", "4")
+    if moment == "start-up":
+        wait_for_output(run, "oat_dppo: Oat program with")
+    elif moment == "nodes running":  # the nodes' processes (their log lines arrive late, through launchpad's pipes)
+        wait_for_node(run, "learner_0_0")
+    else:
+        wait_for_learning_rounds(run, 1)
+    (os.killpg if to_group else os.kill)(run.proc.pid, sig)
+    rc = run.wait(timeout=90)
+    left = no_process_left(run, within_s=5)
+    assert rc == 128 + sig, run.output()[-2000:]
+    assert f"stopped by {signal.Signals(sig).name}" in run.output()
+    assert left == [], "no process of the run is left"
 
 
 def test_a_crashed_node_ends_the_program_with_a_clear_message(tmp_path):
@@ -236,6 +286,7 @@ def test_a_crashed_node_ends_the_program_with_a_clear_message(tmp_path):
     (["--num-gpus-per-actor", "3"], "Oat rejects the topology (--gpus 2, --num-gpus-per-actor 3)"),
     (["--asynchronous", "--collocate"], "Oat rejects the arguments: async training needs to disable collocation"),
     (["--check-sync", "on", "--zero-stage", "3"], "--check-sync runs the policy on learner rank 0 alone"),
+    (["--launch-type", "local_mt"], "--launch-type local_mt: only local_mp is supported"),
 ])
 def test_an_option_oat_rejects_is_one_line_before_any_process_starts(tmp_path, argv, needle):
     run = Program(tmp_path / "rejected", "--gpus", "2", *argv)
@@ -245,3 +296,51 @@ def test_an_option_oat_rejects_is_one_line_before_any_process_starts(tmp_path, a
     assert needle in out.splitlines()[-1]
     assert "Traceback" not in out
     assert not (tmp_path / "rejected").exists()  # nothing started, nothing written
+
+
+# ---------------------------------------------------------------------------------------------
+# Two node groups, as two machines run them (here on loopback, one actor and one learner each)
+# ---------------------------------------------------------------------------------------------
+
+
+def two_node_groups(tmp_path: Path, iterations: int) -> list[Program]:
+    """Node ranks 0 and 1 of one run, each its own launcher, rendezvous on loopback (what two machines
+    of a cluster run, with --master-addr the first machine's address)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    common = ["--gpus", "2", "--num-groups", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+              "--iterations", str(iterations), "--episodes-per-iteration", "8", "--train-batch-size", "8",
+              "--train-batch-size-per-device", "4"]
+    return [Program(tmp_path / f"group{g}", *common, "--group-rank", str(g)) for g in (0, 1)]
+
+
+def test_two_node_groups_train_and_both_end_with_status_0(tmp_path):
+    groups = two_node_groups(tmp_path, iterations=2)
+    codes = [g.wait() for g in groups]
+    left = [no_process_left(g) for g in groups]
+    assert codes == [0, 0], "\n".join(g.output()[-2000:] for g in groups)
+    assert left == [[], []], "no process of the run is left"
+    for g in (0, 1):
+        assert f"node group {g} of 2" in groups[g].output()
+        assert "every learner finished; every node process has ended (exit status 0)" in groups[g].output()
+    rows = groups[0].learning_rows()  # learner rank 0 (group 0) logs the run
+    assert [r["misc/policy_sgd_step"] for r in rows] == [1.0, 2.0]
+    assert any(r["train/grad_norm"] > 0 for r in rows)  # a round whose groups all tie has no gradient
+    assert all(r["rollout/episodes"] == 4.0 for r in rows)  # each group's actor plays its half of the 8
+
+
+@pytest.mark.parametrize("stopped", [0, 1])
+def test_a_sigterm_to_either_node_group_stops_both(tmp_path, stopped):
+    groups = two_node_groups(tmp_path, iterations=100)
+    wait_for_learning_rounds(groups[0], 1)
+    os.kill(groups[stopped].proc.pid, signal.SIGTERM)
+    codes = [g.wait(timeout=120) for g in groups]
+    left = [no_process_left(g, within_s=5) for g in groups]
+    other = 1 - stopped
+    assert codes[stopped] == 143, groups[stopped].output()[-2000:]
+    assert codes[other] == 1, groups[other].output()[-2000:]  # its learner lost its peer: a failure, named
+    assert f"node learner_{other}_0 ended while the program was running" in groups[other].output()
+    assert left == [[], []], "no process of the run is left"

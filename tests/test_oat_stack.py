@@ -93,6 +93,14 @@ def test_transformers_never_imports_tensorflow():
     assert out.stdout.strip().splitlines()[-1] == "False"
 
 
+@pytest.mark.parametrize("code", ["import oat.interface", "import oat.experiment.main"])
+def test_oats_own_entry_points_import_in_this_environment(code):
+    """What Oat's scripts import, without the project (which sets USE_TF=0 itself) and without USE_TF."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd="/",
+                         env={k: v for k, v in os.environ.items() if k not in ("USE_TF", "PYTHONPATH")})
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 def test_plasma_store_round_trip():
     """Oat's IPC: the actor puts pickled transitions into a plasma store, the learner gets them."""
     from pyarrow import plasma

@@ -174,6 +174,20 @@ def test_a_rollout_larger_than_one_prefill_step_samples_with_seeds(smol, smol_fp
     assert len(gens) == 64 and all(g.response_ids for g in gens)
 
 
+def test_evaluation_temperature_zero_is_greedy_in_vllm(smol, smol_fp32):
+    """--eval-temperature 0 on the vLLM engine: the same replies from any seed, each token the learner's
+    argmax; the engine's own sampling (training) draws other replies from other seeds."""
+    model, tok = smol
+    prompts = sample_prompts(tok, 4)
+    a, b = (smol_fp32.generate(prompts, max_new_tokens=6, seed=s, temperature=0.0) for s in (1, 2))
+    assert [g.response_ids for g in a] == [g.response_ids for g in b]
+    for p, g in zip(prompts, a):
+        logits = model(input_ids=torch.tensor([p + g.response_ids])).logits[0, len(p) - 1:-1]
+        assert logits.argmax(-1).tolist() == g.response_ids
+    c, d = (smol_fp32.generate(prompts, max_new_tokens=6, seed=s) for s in (1, 2))
+    assert [g.response_ids for g in c] != [g.response_ids for g in d]
+
+
 # ---- what the agent loop reads --------------------------------------------------------------------
 
 

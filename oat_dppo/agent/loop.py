@@ -68,13 +68,15 @@ def play_episodes(
     max_new_tokens: int,
     topk: int = 0,
     generation_seed: int | None = None,
+    temperature: float | None = None,
     clock: Callable[[], float] | None = None,
 ) -> tuple[list[Episode], RolloutStats]:
     """Play episode i on `envs[i]` from start seed `seeds[i]` until every episode has ended.
 
     An env that raises loses that episode only (counted in `env_errors`, not trained on). A prompt
     that outgrows the model's context ends its episode (counted in `context_truncations`); the turns
-    played before it stay trainable.
+    played before it stay trainable. `temperature`: None samples as the engine does (training);
+    evaluations pass --eval-temperature.
     """
     clock = clock or time.perf_counter
     if len(envs) != len(seeds):
@@ -97,7 +99,7 @@ def play_episodes(
             break
         encoded = {i: prompt.encode(observations[i]) for i in live}
         gens = _generate(engine, live, encoded, episodes, stats, max_new_tokens, topk,
-                         None if generation_seed is None else generation_seed * 1000 + turn_index, clock)
+                         None if generation_seed is None else generation_seed * 1000 + turn_index, temperature, clock)
         t0 = clock()
         for i, gen in gens.items():
             ep = episodes[i]
@@ -132,14 +134,17 @@ def play_episodes(
     return episodes, stats
 
 
-def _generate(engine, live, encoded, episodes, stats, max_new_tokens, topk, seed, clock) -> dict[int, Generation]:
+def _generate(engine, live, encoded, episodes, stats, max_new_tokens, topk, seed, temperature,
+              clock) -> dict[int, Generation]:
     """One batched generate over `live`; prompts that do not fit end their episodes and the rest
     are generated again."""
     todo = list(live)
     while todo:
         t0 = clock()
         try:
-            gens = engine.generate([encoded[i][1] for i in todo], max_new_tokens, topk, seed=seed)
+            # an engine's own sampling unless an evaluation asks for a temperature
+            extra = {} if temperature is None else {"temperature": temperature}
+            gens = engine.generate([encoded[i][1] for i in todo], max_new_tokens, topk, seed=seed, **extra)
         except PromptTooLongError as e:
             for j in e.indices:
                 ep = episodes[todo[j]]

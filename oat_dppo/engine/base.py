@@ -24,8 +24,11 @@ class Generation:
 
 class Engine(Protocol):
     def generate(
-        self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *, seed: int | None = None
-    ) -> list[Generation]: ...
+        self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *, seed: int | None = None,
+        temperature: float | None = None,
+    ) -> list[Generation]:
+        """`temperature`: None samples as the engine was built to (1 for training: mu is the sampling
+        distribution); evaluations may ask for another, 0 being greedy."""
 
 
 def as_id_list(x: Any) -> list[int]:

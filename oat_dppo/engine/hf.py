@@ -96,12 +96,14 @@ def _blank_model_defaults(model):
             m.generation_config = gc
 
 
-def _sampling_config(max_new_tokens: int, stop_ids: list[int], pad_id: int) -> GenerationConfig:
-    # Every field that would build a logits processor or warper is set to its "off" value explicitly.
+def _sampling_config(max_new_tokens: int, stop_ids: list[int], pad_id: int,
+                     temperature: float = 1.0) -> GenerationConfig:
+    # Every field that would build a logits processor or warper is set to its "off" value explicitly
+    # (temperature 1; 0 is greedy, for evaluations).
     return GenerationConfig(
-        do_sample=True,
+        do_sample=temperature > 0,
         num_beams=1,
-        temperature=1.0,
+        temperature=temperature if temperature > 0 else 1.0,
         top_k=0,
         top_p=1.0,
         min_p=None,
@@ -180,6 +182,7 @@ class HFEngine:
         topk: int = 0,
         *,
         seed: int | None = None,
+        temperature: float | None = None,
     ) -> list[Generation]:
         """Sample one response per prompt (one batched HF generate call) and record mu.
 
@@ -188,7 +191,8 @@ class HFEngine:
         response stays within `max_context`; a prompt that leaves no room for a single token makes
         the whole call raise `PromptTooLongError` (with the offending `indices`) before any work.
         `seed` makes the call reproducible without disturbing the global torch RNG; `None` uses
-        (and advances) the global RNG.
+        (and advances) the global RNG. `temperature` (evaluations only; None: 1) other than 1 leaves the
+        recorded log-probs those of temperature 1, which no learner then reads.
         """
         vocab = getattr(self.model.config, "vocab_size", None)
         if vocab is not None and topk > vocab:
@@ -221,7 +225,8 @@ class HFEngine:
                 out = model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
-                    generation_config=_sampling_config(steps, self.stop_ids, self.pad_id),
+                    generation_config=_sampling_config(steps, self.stop_ids, self.pad_id,
+                                                       1.0 if temperature is None else temperature),
                     logits_processor=LogitsProcessorList([recorder]),
                     stopping_criteria=stopping,
                 )

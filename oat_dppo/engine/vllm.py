@@ -127,9 +127,10 @@ class VLLMEngine:
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
 
     def generate(
-        self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *, seed: int | None = None
+        self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *, seed: int | None = None,
+        temperature: float | None = None,
     ) -> list[Generation]:
-        prompts, params = self.requests(prompt_ids, max_new_tokens, topk, seed=seed)
+        prompts, params = self.requests(prompt_ids, max_new_tokens, topk, seed=seed, temperature=temperature)
         if not prompts:
             return []
         outputs = self.generate_fn(prompts, params)
@@ -138,7 +139,7 @@ class VLLMEngine:
         return [generation_from_completion(o.outputs[0], topk) for o in outputs]
 
     def requests(self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *,
-                 seed: int | None = None) -> tuple[list[dict], list]:
+                 seed: int | None = None, temperature: float | None = None) -> tuple[list[dict], list]:
         """The (prompts, SamplingParams) `generate` sends to vLLM. Raises `PromptTooLongError` for a
         prompt that leaves no room in the context (vLLM would reject the request; the agent loop
         ends that episode instead)."""
@@ -146,7 +147,7 @@ class VLLMEngine:
         params = [
             self.sampling_params(
                 n=1,
-                temperature=self.temperature,
+                temperature=self.temperature if temperature is None else temperature,
                 top_p=self.top_p,
                 top_k=self.top_k,
                 max_tokens=b,
@@ -517,8 +518,8 @@ class ColocatedVLLM:
         return cls(llm, vllm.SamplingParams, stop_token_ids=stop_token_ids, dtype=settings.dtype)
 
     def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *,
-                 seed: int | None = None) -> list[Generation]:
-        return self.engine.generate(prompt_ids, max_new_tokens, topk, seed=seed)
+                 seed: int | None = None, temperature: float | None = None) -> list[Generation]:
+        return self.engine.generate(prompt_ids, max_new_tokens, topk, seed=seed, temperature=temperature)
 
     def _generate(self, prompts: list, params: list) -> list:
         return self.llm.generate(prompts, sampling_params=params, use_tqdm=False)

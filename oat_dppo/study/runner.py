@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, NamedTuple
 
+from oat_dppo.cli import STOP_SIGNALS, stop_status
 from oat_dppo.plot.data import read_metrics
 from oat_dppo.rundir import RunDir, checkpoint_exists, checkpoint_iteration
 from oat_dppo.study.committed import commit
@@ -264,6 +265,16 @@ class _Child:
     reported: int = 0  # iterations done at the last progress line (a resume: its checkpoint's)
 
 
+def stopped_by_signal(code: int, stopping: bool) -> bool:
+    """Did a stop signal end the run (stopped: to resume), rather than its end (done) or a fault (failed)?
+    `code` is the child's exit status: a run's own status for a stop (`stop_status`: 129, 130, 143) or
+    the signal itself (-1, -2, -15), whoever sent it (this runner, a scheduler, a closed terminal);
+    SIGKILL (-9) only while this runner is stopping (its last resort), else it is the OOM killer's."""
+    if code in {stop_status(s) for s in STOP_SIGNALS} or code in {-int(s) for s in STOP_SIGNALS}:
+        return True
+    return stopping and code == -signal.SIGKILL
+
+
 class LocalRunner:
     """Runs a study's runs as `python -m oat_dppo.main` subprocesses, `parallel` at a time."""
 
@@ -342,7 +353,7 @@ class LocalRunner:
             kept = f"; committed to {child.run.results_dir}" if commit(child.run) else ""
             self.say(f"{self._prefix()} done: {name} ({len(its)} iterations, last reward {_reward(reward)}, {took})"
                      f"{kept}")
-        elif stopping and code in (EXIT_INTERRUPTED, -signal.SIGINT, -signal.SIGKILL, -signal.SIGTERM):
+        elif stopped_by_signal(code, stopping):
             self.interrupted.append(name)
             saved = "checkpoint saved" if has_checkpoint(child.run.run_dir) else "no checkpoint yet"
             self.say(f"{self._prefix()} stopped: {name} after {len(its)} iterations ({saved})")
@@ -358,7 +369,7 @@ class LocalRunner:
         running: list[_Child] = []
         self._signals = 0
         previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):  # counted, never raised: no child can go unrecorded
+        for sig in STOP_SIGNALS:  # counted, never raised: no child can go unrecorded
             try:
                 previous[sig] = signal.signal(sig, self._on_signal)
             except ValueError:  # not the main thread: Ctrl-C stays a KeyboardInterrupt
@@ -390,12 +401,16 @@ class LocalRunner:
                 f"continue with (finished runs are skipped, interrupted ones resumed):\n  {self.continue_hint}"
             )
             return EXIT_INTERRUPTED
-        self.say(f"study {self.study.name}: {len(self.done)} runs done, {len(self.failed)} failed in {elapsed}")
+        stopped = f", {len(self.interrupted)} stopped by a signal" if self.interrupted else ""
+        self.say(f"study {self.study.name}: {len(self.done)} runs done{stopped}, {len(self.failed)} failed in {elapsed}")
         if self.failed:
             self.say("failed runs (logs kept next to their run directories; re-run the same command to retry them):")
             for name in self.failed:
                 self.say(f"  {name}  (log: {log_path(next(r for r in self.runs if r.name == name))})")
             return EXIT_FAILED
+        if self.interrupted:  # not done: a scheduler, or someone, stopped them
+            self.say(f"stopped runs resume with:\n  {self.continue_hint}")
+            return EXIT_INTERRUPTED
         return 0
 
     def _on_signal(self, signum, frame) -> None:

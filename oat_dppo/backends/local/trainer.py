@@ -28,7 +28,7 @@ from oat_dppo.components import (
     effective_trust_region_options,
     resolve_template,
 )
-from oat_dppo.cli import python_command
+from oat_dppo.cli import STOP_SIGNALS, python_command, stop_status
 from oat_dppo.config import ConfigError, TrainConfig, to_dict
 from oat_dppo.engine import vllm as vllm_engine
 from oat_dppo.engine.base import pad_token_id, stop_token_ids
@@ -200,6 +200,7 @@ class LocalTrainer:
         self.writer = None
         self._phase = "setup"
         self._stop_requested = False
+        self._stop_signal = 0  # the signal that stopped the run (0: none, or Ctrl-C as KeyboardInterrupt)
         self._noted_one_step = False
 
     @property
@@ -275,6 +276,7 @@ class LocalTrainer:
     # -- signals -----------------------------------------------------------------------------------
     def _on_signal(self, signum, frame) -> None:
         name = signal.Signals(signum).name
+        self._stop_signal = self._stop_signal or signum  # the first one gives the exit status
         # Rollouts and evaluations only read the model: leave at once (the last checkpoint stands).
         # An update, or the write of its metrics and checkpoint, is finished first.
         if self._phase in ("train", "save") and not self._stop_requested:
@@ -300,7 +302,7 @@ class LocalTrainer:
                   f"{cfg.iterations}; raise --iterations above {self.start_iteration} to train longer", file=self.out)
             self.close()
             return 0
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
         for s in previous:  # before the directory is made: a Ctrl-C from here on is handled below
             signal.signal(s, self._on_signal)
         bar = None
@@ -342,7 +344,7 @@ class LocalTrainer:
             self.close()
         if interrupted:
             self._after_interruption(saved=last_saved + 1)
-            return 130
+            return stop_status(self._stop_signal or signal.SIGINT)
         if bar is not None:
             bar.close()
         if not cfg.keep_checkpoint:
@@ -421,6 +423,7 @@ class LocalTrainer:
         episodes, stats = play_episodes(
             self.engine, self.eval_envs, eval_seeds(self.cfg.seed, len(self.eval_envs)), self.prompt,
             max_new_tokens=self.max_new_tokens, topk=0, generation_seed=derive_seed(self.cfg.seed, "eval-gen", iteration),
+            temperature=self.cfg.eval_temperature,
         )
         self._phase = "log"
         out = {f"eval/{k}": v for k, v in episode_metrics(episodes).items()}

@@ -33,6 +33,7 @@ from oat_dppo import config as _config
 from oat_dppo.cli import fail
 from oat_dppo.components import build_trust_region
 from oat_dppo.config import ConfigError, TrainConfig
+from oat_dppo.engine.vllm import cpu_has_native_bf16
 from oat_dppo.envs import get_preset
 from oat_dppo.trust_region import requirements
 
@@ -110,6 +111,9 @@ OAT_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
                                     "update)."),
     "lr_scheduler": (None, "constant", "Learning-rate schedule (constant: as the local backend and GEM's/Oat's RL "
                      "scripts; Oat sizes decaying schedules by prompt count, not by optimizer steps)."),
+    "eval_temperature": (None, TrainConfig.eval_temperature, "Sampling temperature of held-out evaluations, the "
+                         "local backend's default and meaning: 1 samples the policy as it is trained; 0 is greedy "
+                         "(Oat's own default)."),
     "algo": (None, "PPO", "Fixed to PPO for this backend."),
     "oracle": (None, "", "Unused: rewards come from the environments."),
     "prompt_data": (None, "", "Unused: prompts come from the environments."),
@@ -123,7 +127,8 @@ OWN_HELP: dict[str, str] = {
     "aggregation": "Loss aggregation (default: from --critic-type: drgrpo -> seq_sum_constant_length, Oat's "
                    "masked_sum / generate_max_length; grpo -> seq_mean_token_mean).",
     "log": "wandb: log to Weights & Biases (as --use-wb). Oat always logs to stdout.",
-    "dtype": "bfloat16 / float16 / float32: sets Oat's --bf16 / --fp16 (default: Oat's --bf16).",
+    "dtype": "bfloat16 / float16 / float32: sets Oat's --bf16 / --fp16 (default: Oat's --bf16 on GPUs and on CPUs "
+             "with native bf16; float32 on other CPUs, as the local backend).",
     "eval_episodes": "Held-out episodes per evaluation (every --eval-steps steps), split over the actors; 0: none.",
     "logits_chunk_tokens": "Response tokens per LM-head block: a block's [tokens, vocab] logits are recomputed in "
                            "backward (activation checkpointing) instead of kept for the whole micro-batch; 0: one "
@@ -133,8 +138,9 @@ OWN_HELP: dict[str, str] = {
     "vllm_max_logprobs": "vLLM's max_logprobs (top-K strategies record K log-probs per token; default max(20, K)).",
     "check_sync": "After every weight sync, check it (learner rank 0, one sequence of the round): the first "
                   "actor's log-probs of the sequence's response before and after the sync against the learner's, "
-                  "and a digest of the actor's weights; logged as sync/... auto: on without CUDA (the CPU "
-                  "verification run; the digest reads every weight), off on GPUs. Not with --zero-stage 3.",
+                  "and a digest of the actor's weights; logged as sync/... auto: on where the learner runs without CUDA "
+                  "(the CPU verification run; the digest reads every weight), off on GPUs. Not with --zero-stage 3 "
+                  "or --asynchronous.",
 }
 #: Options of this backend alone (no local counterpart): name -> type (default None).
 OAT_ONLY_OWN: dict[str, tuple[Any, Any]] = {"vllm_max_logprobs": (Optional[int], None),
@@ -323,9 +329,6 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
     cuda = torch.cuda.is_available()
     if args.gpus is None:
         args.gpus = torch.cuda.device_count() if cuda else 2
-    if args.flash_attn and not cuda:  # Oat's default; flash-attn exists only for CUDA
-        args.flash_attn = False
-        notes.append("no CUDA: the learner uses eager attention (--no-flash-attn)")
     # -- options of the local backend ------------------------------------------------------------
     if OAT_ARGS_MISSING:
         raise ConfigError(f"--backend oat needs Oat's PPO module, and {OAT_ARGS_MISSING}; the GPU install guide is "
@@ -347,6 +350,10 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
         notes.append("--log tensorboard: Oat logs to stdout and to wandb (--use-wb); no tensorboard files")
     if args.dtype is not None:
         args.bf16, args.fp16 = args.dtype == "bfloat16", args.dtype == "float16"
+    elif args.bf16 and not cuda and not cpu_has_native_bf16():  # as the local backend: float32 there
+        args.bf16 = False
+        notes.append("no CUDA and no native bf16 on this CPU: float32 (bf16 would emulate, ~5x slower to train); "
+                     "--dtype bfloat16 to choose it")
 
     # -- what the learner cannot do ----------------------------------------------------------------
     if args.critic_type == "ppo":
@@ -397,11 +404,12 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
     if args.tis_c is not None and args.mu_source == "rollout":
         raise ConfigError(f"--tis-c {args.tis_c} corrects pi_old/mu, but with --mu-source rollout the IS weight is "
                           "already pi/mu; truncate it with --C, or use --mu-source recompute for Oat's TIS")
-    if args.check_sync == "auto":
-        args.check_sync = "off" if cuda or args.zero_stage == 3 else "on"
-    elif args.check_sync == "on" and args.zero_stage == 3:
+    if args.check_sync == "on" and args.zero_stage == 3:
         raise ConfigError("--check-sync runs the policy on learner rank 0 alone, which ZeRO-3 cannot (every rank "
                           "holds a shard); use --zero-stage 2 or --check-sync off")
+    if args.check_sync == "on" and args.asynchronous:
+        raise ConfigError("--check-sync asks the actor's vLLM for log-probs between rounds, which --asynchronous "
+                          "actors are still sampling with; use --check-sync off (or drop --asynchronous)")
     args.aggregation = aggregation_of(args)
     args.use_fused_lm_head = False  # the learner never calls Oat's get_batch_logps (see OAT_DEFAULT_OVERRIDES)
 
@@ -448,6 +456,20 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
         if args.iterations < 1:
             raise ConfigError(f"--iterations must be >= 1, got {args.iterations}")
         args.max_train = 1 << 62  # stop after --iterations learning rounds, not by query count
+    return notes
+
+
+def resolve_on_node(args, *, cuda: bool) -> list[str]:
+    """Settings that depend on the machine a node runs on, resolved in the node process itself (what the
+    launcher's machine has says nothing about a node's): flash-attention exists only with CUDA; --check-sync
+    auto is on without CUDA (the CPU verification run; its digest reads every weight) and off on GPUs,
+    under ZeRO-3 and with --asynchronous actors. Returns notes."""
+    notes = []
+    if args.flash_attn and not cuda:  # Oat's default
+        args.flash_attn = False
+        notes.append("no CUDA on this node: the learner uses eager attention (--no-flash-attn)")
+    if args.check_sync == "auto":
+        args.check_sync = "off" if cuda or args.zero_stage == 3 or args.asynchronous else "on"
     return notes
 
 

@@ -112,11 +112,11 @@ def _patch_weight_sync() -> None:
 
     if not getattr(distributed.init_process_group, "__oat_dppo_cpu__", False):
         distributed.init_process_group = _gloo_instead_of_nccl(distributed.init_process_group)  # actor's end
-    try:  # the learner's end; importing it needs vLLM (every node has it)
-        import oat.learners.base as learner_base
-    except ImportError:
-        learner_base = None
-    if learner_base is not None and not getattr(learner_base.init_process_group, "__oat_dppo_cpu__", False):
+    # The learner's end. Importing it needs vLLM, which every node has; where it fails, the learner would stay
+    # on NCCL and fail later with an unrelated error, so the ImportError is the error.
+    import oat.learners.base as learner_base
+
+    if not getattr(learner_base.init_process_group, "__oat_dppo_cpu__", False):
         learner_base.init_process_group = _gloo_instead_of_nccl(learner_base.init_process_group)
     distributed.WorkerWrap.update_weight = _update_weight_on_cpu
 

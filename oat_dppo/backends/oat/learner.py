@@ -24,6 +24,7 @@ the same strategy is MiniRL (paper D.1): IS weight pi/mu, clip on pi/pi_old.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -34,12 +35,14 @@ from oat.model import LLM
 
 from oat_dppo.agent import EVAL_KEYS, combine_eval
 from oat_dppo.backends.oat import cpu, supervise
-from oat_dppo.backends.oat.args import aggregation_of, to_train_config
+from oat_dppo.backends.oat.args import aggregation_of, resolve_on_node, to_train_config
 from oat_dppo.backends.oat.data import DPPOTransitionDataset, to_token_batch
 from oat_dppo.components import build_trust_region
 from oat_dppo.engine.base import pad_token_id
 from oat_dppo.learner import chunks, needs_pi_old, plan_steps, recompute_old_logp, run_update, use_mu_source
-from oat_dppo.rundir import append_jsonl
+from oat_dppo.config import to_dict
+from oat_dppo.provenance import provenance
+from oat_dppo.rundir import RunDir, append_jsonl
 from oat_dppo.seeds import eval_seeds
 from oat_dppo.trust_region import requirements
 
@@ -143,11 +146,24 @@ class MetricsFile:
             self.inner.finish()
 
 
+def run_config(args) -> dict:
+    """What the run's config.json holds (the file a local run writes too): the run as the local backend's
+    options, as resolved on this node, then every Oat argument under `_oat`, and the machine's provenance."""
+    import dataclasses
+
+    oat = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
+    oat = {k: v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else repr(v) for k, v in oat.items()}
+    return {**to_dict(to_train_config(args)), "backend": "oat", "_oat": oat, **provenance()}
+
+
 class DPPOLearner(PPOLearner):
     def _init(self, args, actors) -> None:
+        for note in resolve_on_node(args, cuda=cpu.cuda_present()):  # this node's machine, not the launcher's
+            print(f"note: {note}", file=sys.stderr)
         super()._init(args, actors)  # Oat's engines, optimizer, collector, wandb; then PPOLearner's
         if self.strategy.is_rank_0():
             self._wandb = MetricsFile(Path(self.save_path) / "metrics.jsonl", self._wandb)
+            RunDir(self.save_path, create=False).write_config(run_config(args))
         self.dataset_builder = DPPOTransitionDataset
         self.trust_region = build_trust_region(to_train_config(args))
         self.topk = requirements(self.trust_region).topk
@@ -229,7 +245,7 @@ class DPPOLearner(PPOLearner):
         probe = self._sync_probe_tokens() if self.strategy.is_rank_0() else None
         before = self.actors[0].sync_probe(*probe) if probe else None
         super().sync_params_to_actors()
-        info = dict.fromkeys(SYNC_KEYS, 0.0)
+        info = {}  # no probe (no response this round): no sync/... keys, rather than a perfect-looking 0.0
         if probe:
             after = self.actors[0].sync_probe(*probe)
             learner = self._learner_logprobs(*probe)  # [R]
@@ -237,7 +253,9 @@ class DPPOLearner(PPOLearner):
             info["sync/logp_max_abs_diff_after"] = float((torch.tensor(after[0]) - learner).abs().max())
             info["sync/actor_weights_changed"] = float(before[1] != after[1])
             info["sync/probe_tokens"] = float(len(probe[1]))
-        self._sync_info = self.strategy.broadcast(info)  # the same keys and values on every rank
+        shared = [info]  # rank 0's keys and values on every rank (Oat all-reduces the log row key by key)
+        torch.distributed.broadcast_object_list(shared, src=0)
+        self._sync_info = shared[0]
 
     def _sync_probe_tokens(self) -> tuple[list[int], list[int]] | None:
         """(prompt ids, response ids) of the first turn with a response in this round's buffer."""

@@ -36,15 +36,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from oat_dppo.cli import STOP_SIGNALS
+from oat_dppo.cli import stop_status as exit_status
+
 #: Set by the launcher for its node processes: where learners leave their "finished" markers.
 FINISHED_DIR_ENV = "OAT_DPPO_FINISHED_DIR"
 EXIT_DONE, EXIT_NODE_FAILED = 0, 1
-STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
-
-
-def exit_status(sig: int) -> int:
-    """The shell's status of a process ended by `sig`: 128 + its number (SIGTERM: 143)."""
-    return 128 + int(sig)
 
 
 def learner_label(group_rank: int, index: int) -> str:
