@@ -108,7 +108,7 @@ clean:
 OAT_VENV ?= .venv-oat
 OAT_PY    = $(OAT_VENV)/bin/python
 
-.PHONY: setup-oat test-oat
+.PHONY: setup-oat test-oat oat-learning
 
 setup-oat: $(OAT_VENV)/.oat-installed
 
@@ -125,6 +125,12 @@ define test_in_oat_venv
 	  if [ "$${CI:-}" = "true" ]; then echo "CI must run it: failing" >&2; exit 1; fi; \
 	fi
 endef
+
+# Oat's program learning in every shape (1+1, 2+2; ZeRO-2, ZeRO-3) beside the local backend, and a learner
+# that does not learn: the curves behind docs/oat.md#the-program-learns (about 15 minutes on 2 cores).
+oat-learning: setup-oat
+	$(OAT_PY) -m pytest -q tests/test_oat_learning.py
+	mkdir -p docs/results && cp runs/oat_learning/curves.csv docs/results/oat_learning.csv
 
 test-oat:
 	$(call test_in_oat_venv,tests/test_oat_stack.py tests/test_oat_stock.py tests/test_oat_program.py tests/test_oat_backend.py tests/test_oat_backend_learner.py tests/test_oat_backend_actor.py)

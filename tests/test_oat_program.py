@@ -287,6 +287,7 @@ def test_a_crashed_node_ends_the_program_with_a_clear_message(tmp_path):
     (["--asynchronous", "--collocate"], "Oat rejects the arguments: async training needs to disable collocation"),
     (["--check-sync", "on", "--zero-stage", "3"], "--check-sync runs the policy on learner rank 0 alone"),
     (["--launch-type", "local_mt"], "--launch-type local_mt: only local_mp is supported"),
+    (["--env-option", "max_turns=1"], "--env-option max_turns: use --max-turns"),  # was a crash in every node
 ])
 def test_an_option_oat_rejects_is_one_line_before_any_process_starts(tmp_path, argv, needle):
     run = Program(tmp_path / "rejected", "--gpus", "2", *argv)

@@ -922,37 +922,9 @@ def test_failed_run_is_reported_and_the_study_goes_on(tmp_path):
     assert "1 have metrics" in md and f"`{bad.name}`" in md
 
 
-@pytest.mark.timeout(300)
-def test_a_run_a_scheduler_stops_is_recorded_as_stopped_not_done(tmp_path):
-    """SIGTERM to the run's own process (not the runner), as a scheduler's preemption: the run ends with
-    its stop status (143) and a checkpoint, the runner records it as stopped, and the study is not done."""
-    path = write(tmp_path, TINY.format(out=tmp_path / "out", parallel=1, iterations=500, grid="seed = [0]"))
-    run = load_study(path).runs[0]
-    metrics = run.run_dir / "metrics.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "oat_dppo.study", str(path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=ENV, cwd=REPO)
-    try:
-        deadline = time.monotonic() + 120
-        while not (metrics.exists() and metrics.read_text().strip()):
-            assert proc.poll() is None and time.monotonic() < deadline, "the run never logged an iteration"
-            time.sleep(0.2)
-        [child] = children_of(proc.pid)
-        os.kill(child, signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            for kid in children_of(proc.pid):
-                os.kill(kid, signal.SIGKILL)
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, out
-    assert f"stopped: {run.name}" in out and "FAILED" not in out and "done:" not in out, out
-    assert "0 runs done, 1 stopped by a signal, 0 failed" in out
-    assert run_state(run).status == "resume"
-
-
-@pytest.mark.timeout(300)
-def test_ctrl_c_checkpoints_then_resume_then_skip(tmp_path):
+def stop_a_running_study(tmp_path, stop) -> tuple:
+    """A one-run study of 500 iterations, `stop(runner_process)` once its run logged an iteration and saved a
+    checkpoint; (the runner's exit status, its output, the run, the study file)."""
     path = write(tmp_path, TINY.format(out=tmp_path / "out", parallel=1, iterations=500, grid="seed = [0]"))
     run = load_study(path).runs[0]
     metrics = run.run_dir / "metrics.jsonl"
@@ -963,7 +935,7 @@ def test_ctrl_c_checkpoints_then_resume_then_skip(tmp_path):
         while not (metrics.exists() and metrics.read_text().strip() and has_checkpoint(run.run_dir)):
             assert proc.poll() is None and time.monotonic() < deadline, "the run never logged an iteration"
             time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
+        stop(proc)
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:  # the test failed: leave no training process behind
@@ -971,7 +943,28 @@ def test_ctrl_c_checkpoints_then_resume_then_skip(tmp_path):
                 os.kill(kid, signal.SIGKILL)
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, out
+    return proc.returncode, out, run, path
+
+
+@pytest.mark.timeout(300)
+def test_a_run_a_scheduler_stops_is_recorded_as_stopped_not_done(tmp_path):
+    """SIGTERM to the run's own process (not the runner), as a scheduler's preemption: the run ends with
+    its stop status (143) and a checkpoint, the runner records it as stopped, and the study is not done."""
+    def preempt(runner):
+        [child] = children_of(runner.pid)
+        os.kill(child, signal.SIGTERM)
+
+    code, out, run, _ = stop_a_running_study(tmp_path, preempt)
+    assert code == 130, out
+    assert f"stopped: {run.name}" in out and "FAILED" not in out and "done:" not in out, out
+    assert "0 runs done, 1 stopped by a signal, 0 failed" in out
+    assert run_state(run).status == "resume"
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_checkpoints_then_resume_then_skip(tmp_path):
+    code, out, run, path = stop_a_running_study(tmp_path, lambda runner: runner.send_signal(signal.SIGINT))
+    assert code == 130, out
     assert f"stopped: {run.name}" in out and "(checkpoint saved)" in out
     assert (f"continue with (finished runs are skipped, interrupted ones resumed):\n  {os.path.relpath(sys.executable, REPO)} "
             f"-m oat_dppo.study {path}") in out

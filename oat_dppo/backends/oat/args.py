@@ -111,6 +111,8 @@ OAT_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
                                     "update)."),
     "lr_scheduler": (None, "constant", "Learning-rate schedule (constant: as the local backend and GEM's/Oat's RL "
                      "scripts; Oat sizes decaying schedules by prompt count, not by optimizer steps)."),
+    "seed": (None, TrainConfig.seed, "Random seed, the local backend's default (Oat's own is 42): the same command "
+             "line starts from the same tiny model and the same episodes' seeds on both backends."),
     "eval_temperature": (None, TrainConfig.eval_temperature, "Sampling temperature of held-out evaluations, the "
                          "local backend's default and meaning: 1 samples the policy as it is trained; 0 is greedy "
                          "(Oat's own default)."),
@@ -395,6 +397,7 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
                           "--zero-stage 2")
     cfg = to_train_config(args)
     _config.validate(cfg)  # temperature 1 / top_p 1 / top_k -1, math data, ranges (same checks as local)
+    _config.env_options(cfg)  # --env-option syntax and reserved names, before any node would trip on them
     K = requirements(build_trust_region(cfg)).topk  # a bad strategy or parameter -> ConfigError
     if args.vllm_max_logprobs is None:
         args.vllm_max_logprobs = max(20, K)
