@@ -15,6 +15,11 @@ Any class (or factory) with the gymnasium text API works as `--env package.modul
   `--max-turns` limit, so the environment only states its rules.
 * `format_failure_reward` (a class attribute, optional): the reward of a reply without a parseable
   action. Study reports count an iteration whose mean reward sits there as collapsed (default 0).
+* Replies with a direction (optional): `follows_feedback(observation, action) -> bool | None` (the
+  action moves the way the reply said: `rollout/hint_direction_agreement`), `changed_reply(observation)
+  -> str | None` (the reply saying the other direction) and `reply_moves()` (the moves to score):
+  evaluations then report `eval/reply_effect`, how much the reply moves the policy
+  (`oat_dppo.agent.reply_effect`: 0 for a policy that ignores replies, 1 for one that follows them).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import random
 import re
 
 _BOXED_INT = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}")
+_HINT = re.compile(r"(-?\d+): the number is (higher|lower)\.")
 
 
 class HigherLower:
@@ -54,3 +60,21 @@ class HigherLower:
             return f"{guess} is right!", 1.0, True, False, {"success": True}
         hint = "higher" if guess < self._secret else "lower"
         return f"{guess}: the number is {hint}.", 0.0, False, self._turn >= self.max_turns, {}
+
+    # Feedback, declared (see the module docstring).
+    def follows_feedback(self, observation: str, action: str) -> bool | None:
+        hint, found = _HINT.search(observation), _BOXED_INT.findall(action)
+        if hint is None or not found:
+            return None
+        previous, guess = int(hint.group(1)), int(found[-1])
+        return guess > previous if hint.group(2) == "higher" else guess < previous
+
+    def changed_reply(self, observation: str) -> str | None:
+        hint = _HINT.search(observation)
+        if hint is None:
+            return None
+        other = "lower" if hint.group(2) == "higher" else "higher"
+        return observation[: hint.start(2)] + other + observation[hint.end(2):]
+
+    def reply_moves(self) -> list[str]:
+        return [f"\\boxed{{{n}}}" for n in range(1, self.high + 1)]

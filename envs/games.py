@@ -58,6 +58,21 @@ class GuessTheNumberFeedback:
         previous, guess = int(hint.group(1)), int(guesses[-1])
         return guess > previous if hint.group(2) == "higher" else guess < previous
 
+    def changed(self, observation: str) -> str | None:
+        """The reply had the target been on the other side (`oat_dppo.agent.reply_effect`)."""
+        hint = self._HINT.search(observation)
+        if hint is None:
+            return None
+        other = "lower" if hint.group(2) == "higher" else "higher"
+        return observation[: hint.start(2)] + other + observation[hint.end(2):]
+
+    def moves(self, env) -> list[str]:
+        """Every guess in the env's range, as GEM reads it (none for the random-range variant)."""
+        low, high = getattr(env, "min_number", None), getattr(env, "max_number", None)
+        if low is None or high is None or getattr(env, "_is_random", False):
+            return []
+        return [f"\\boxed{{{n}}}" for n in range(low, high + 1)]
+
     def blind_success(self, env, max_turns: int) -> float:
         """min(turns, N) distinct guesses of N equally likely targets (NaN for the random-range variant,
         whose range is drawn at every reset)."""

@@ -100,6 +100,15 @@ def follows_hint(observation: str, action: str, read_guess=first_digit) -> bool 
     return guess > previous if hint.group(2) == "higher" else guess < previous
 
 
+def changed_hint(observation: str) -> str | None:
+    """The hint `observation` with its direction reversed ("5: higher." -> "5: lower."); None when it is no hint."""
+    hint = _HINT.fullmatch(observation.strip())
+    if hint is None:
+        return None
+    other = "lower" if hint.group(2) == "higher" else "higher"
+    return observation.replace(f"{hint.group(1)}: {hint.group(2)}.", f"{hint.group(1)}: {other}.")
+
+
 class HiddenDigit:
     """A hidden digit 0..`digits`-1, `max_turns` guesses (the first digit of each reply, or with
     `guess="any_char"` its first character). Reward 1 on a hit
@@ -159,9 +168,18 @@ class HiddenDigit:
     def follows_feedback(self, observation: str, action: str) -> bool | None:
         return follows_hint(observation, action, self._read_guess)
 
+    # What `oat_dppo.agent.reply_effect` reads: the reply had the target been on the other side, and
+    # the moves it scores (the digits, which name themselves in both guess modes).
+    def changed_reply(self, observation: str) -> str | None:
+        return changed_hint(observation)
+
+    def reply_moves(self) -> list[str]:
+        return [str(d) for d in range(self.digits)]
+
     def feedback_blind_success(self, max_turns: int) -> float:
         """A policy that ignores the replies says the same digits whatever the target: at most one
         distinct guess per scoring turn (reveal mode: the first turn cannot score) of `digits` equally
         likely targets."""
         guesses = min(max_turns, self.max_turns) - (1 if self.reveal else 0)
         return min(guesses, self.digits) / self.digits
+

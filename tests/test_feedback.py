@@ -2,7 +2,7 @@
 
 The probes (`smoke:hidden_digit`'s own, GEM GuessTheNumber's in `oat_dppo_envs.games`), the
 feedback-blind success bounds, the adapter's `follows_feedback` step info, the
-`feedback_follow_rate` metric, and the agent loop carrying each reply into the next prompt with
+`hint_direction_agreement` metric, and the agent loop carrying each reply into the next prompt with
 each turn keeping its own reward and return.
 """
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from oat_dppo.agent import Episode, PromptFormat, Turn, assign_advantages, episode_metrics, play_episodes
-from oat_dppo.agent.metrics import feedback_follow_rate
+from oat_dppo.agent.metrics import hint_direction_agreement
 from oat_dppo.engine.hf import HFEngine
 from oat_dppo.envs import make_env
 from oat_dppo.models.tiny import tiny_model, tiny_tokenizer
@@ -103,12 +103,12 @@ def turn(follows: bool | None) -> Turn:
                 truncated=False, well_formed=True, finish_reason="stop", follows_feedback=follows)
 
 
-def test_feedback_follow_rate_counts_only_turns_after_a_directed_reply():
+def test_hint_direction_agreement_counts_only_turns_after_a_directed_reply():
     batch = [Episode(0, 0, [turn(None), turn(True), turn(False)]), Episode(1, 0, [turn(None), turn(True)]),
              Episode(2, 0, [turn(True)], error="boom")]
-    assert feedback_follow_rate(batch[:2]) == pytest.approx(2 / 3)
-    assert episode_metrics(batch)["feedback_follow_rate"] == pytest.approx(2 / 3)  # the failed episode is out
-    assert "feedback_follow_rate" not in episode_metrics([Episode(0, 0, [turn(None), turn(None)])])
+    assert hint_direction_agreement(batch[:2]) == pytest.approx(2 / 3)
+    assert episode_metrics(batch)["hint_direction_agreement"] == pytest.approx(2 / 3)  # the failed episode is out
+    assert "hint_direction_agreement" not in episode_metrics([Episode(0, 0, [turn(None), turn(None)])])
 
 
 def test_the_loop_carries_each_reply_into_the_next_prompt_and_keeps_each_turns_reward():

@@ -1076,3 +1076,38 @@ def test_report_counts_every_windows_draws_and_compares_each_arm_with_its_contro
     md = (tmp_path / "out" / "summary.md").read_text()
     assert "| pg_is | hf float32 (control) | 0/1 | 0.00-0.79 | 0.0 | 0.800 | - |" in md
     assert "pg_is vs its control: p = 1.000; dppo_binary_tv vs its control: not run yet" in md
+
+
+def test_iterations_without_reward_spread_are_counted_per_run_where_the_std_was_logged(tmp_path):
+    """The absorbing floor: an iteration whose episodes all earned the same reward (rollout/reward_std
+    0) gives every turn a normalised advantage of 0 and moves nothing. The report counts such
+    iterations per run (runs.csv `zero_spread_iterations`, the stability table's last column),
+    whatever the reward; a run that never logged the std has no count (blank), not 0."""
+    from oat_dppo.study.report import zero_spread_iterations
+
+    nan = math.nan
+    assert zero_spread_iterations(np.array([0.0, 0.3, 0.0, nan, 1e-12])) == 3.0
+    assert math.isnan(zero_spread_iterations(np.array([nan, nan])))
+    path = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+        [base]
+        env = "rg:arc_1d"
+        model = "tiny-qwen3"
+        iterations = 4
+        [grid]
+        seed = [0, 1]
+        """)
+    s0, s1 = load_study(path).runs
+    # s0: stuck at reward 1.0 (not a format failure) for its last 3 iterations; s1 logged no std (older runs)
+    fake_run(s0.run_dir, 4, checkpoint=True, rewards=[0.4, 1.0, 1.0, 1.0],
+             extra={i: {"rollout/reward_std": [0.2, 0.0, 0.0, 0.0][i]} for i in range(4)})
+    fake_run(s1.run_dir, 4, checkpoint=True, rewards=[0.1, 0.2, 0.3, 0.4])
+    code, _, err = run_cli(str(path), "--report")
+    assert code == 0, err
+    rows = {r["seed"]: r for r in csv.DictReader(open(tmp_path / "out" / "runs.csv"))}
+    assert rows["0"]["zero_spread_iterations"] == "3.0" and rows["1"]["zero_spread_iterations"] == ""
+    assert rows["0"]["collapsed_iterations"] == "0"  # not the format-failure floor: a different count
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "iterations with no reward spread |" in md
+    assert re.search(r"\| `tiny-qwen3` \| `rg:arc_1d` \| dppo_binary_tv \|.*\| 3\.0 \|\n", md), md

@@ -84,6 +84,7 @@ def play_episodes(
     stats = RolloutStats()
     episodes = [Episode(env_index=i, seed=int(s)) for i, s in enumerate(seeds)]
     observations: dict[int, str] = {}
+    counterfactuals: dict[int, dict | None] = {}  # the newest reply's, from its step's info
     t0 = clock()
     for i, (env, ep) in enumerate(zip(envs, episodes)):
         try:
@@ -110,6 +111,7 @@ def play_episodes(
                 _fail(ep, stats, e)
                 continue
             observations[i] = obs
+            counterfactual, counterfactuals[i] = counterfactuals.get(i), info.get("counterfactual")
             ep.turns.append(
                 Turn(
                     prompt_ids=encoded[i][1],
@@ -125,6 +127,7 @@ def play_episodes(
                     prompt_text=encoded[i][0],
                     response_text=text,
                     follows_feedback=info.get("follows_feedback"),
+                    counterfactual=counterfactual,
                 )
             )
             if "success" in info:

@@ -12,7 +12,7 @@ from oat_dppo.agent.types import Episode
 SUCCESS_RETURN = 1.0 - 1e-6  # an episode "succeeds" when it collects the full reward of 1
 # What an evaluation reports (fixed keys: the Oat learner broadcasts them to every rank).
 EVAL_KEYS = ("episodes", "reward_mean", "success_rate", "turns_mean", "response_tokens_mean", "well_formed_rate",
-             "length_truncated_rate", "feedback_follow_rate")
+             "length_truncated_rate", "hint_direction_agreement")
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
@@ -37,17 +37,18 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     rate = repeat_rate(played)
     if math.isfinite(rate):  # only where some episode had a second turn (never for single-turn envs)
         out["repeat_rate"] = rate
-    rate = feedback_follow_rate(played)
+    rate = hint_direction_agreement(played)
     if math.isfinite(rate):  # only for envs that declare how to read their feedback
-        out["feedback_follow_rate"] = rate
+        out["hint_direction_agreement"] = rate
     return out
 
 
-def feedback_follow_rate(episodes: Sequence[Episode]) -> float:
+def hint_direction_agreement(episodes: Sequence[Episode]) -> float:
     """The share of responses that move the way the environment's previous reply said (after "5:
-    higher", a guess above 5), over the turns that followed a reply with a direction. A policy that
-    ignores the replies sits near 0.5 on a symmetric game; one that reads them, near 1.0 (NaN when
-    no turn followed such a reply)."""
+    higher", a guess above 5), over the turns that followed a reply with a direction (NaN when no turn
+    did). Agreement, not feedback use: a policy that reads the replies sits near 1.0, but so does a
+    blind ascending sweep (1, 2, 3, ... never meets a "lower"). How much the replies move the policy
+    is `oat_dppo.agent.reply_effect` (`eval/reply_effect`). Was `feedback_follow_rate`."""
     follows = [t.follows_feedback for e in episodes for t in e.turns if t.follows_feedback is not None]
     return float(np.mean(follows)) if follows else math.nan
 

@@ -27,6 +27,10 @@ class Turn:
     # The response moved the way the env's previous reply said (None: that reply gave no direction,
     # or the env declares no feedback probe). See `TextEnv`'s `follows_feedback`.
     follows_feedback: bool | None = None
+    # The env's declared counterfactual of the reply this turn followed (None: no reply with
+    # information, or none declared): {"changed_observation", "moves", "favoured"}, see
+    # `oat_dppo.agent.reply_effect`.
+    counterfactual: dict | None = None
     # Filled by `advantages.assign_advantages`.
     ret: float = 0.0
     advantage: float = 0.0

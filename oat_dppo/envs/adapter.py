@@ -46,6 +46,18 @@ def _feedback_probe(inner: Any, preset: EnvPreset) -> tuple[Callable | None, Cal
     return probe.follows, lambda max_turns: probe.blind_success(inner, max_turns)
 
 
+def _reply_probe(inner: Any, preset: EnvPreset) -> tuple[Callable | None, Callable | None]:
+    """(changed_reply(observation) -> str | None, reply_moves() -> moves) for `inner`, the counterfactual
+    of `oat_dppo.agent.reply_effect`: its own `changed_reply` / `reply_moves` methods, else the preset
+    probe's `changed` / `moves(env)`, else (None, None)."""
+    if callable(getattr(inner, "changed_reply", None)) and callable(getattr(inner, "reply_moves", None)):
+        return inner.changed_reply, inner.reply_moves
+    probe = load_object(preset.feedback_probe) if preset.feedback_probe else None
+    if probe is None or not callable(getattr(probe, "changed", None)):
+        return None, None
+    return probe.changed, lambda: probe.moves(inner)
+
+
 class TextEnv:
     """A text environment: `reset(seed=None) -> (obs, info)`, `step(action) -> (obs, reward,
     terminated, truncated, info)`, `close()`.
@@ -58,7 +70,11 @@ class TextEnv:
       the expected format) and `env_reward` (the reward before the adapter's `format_penalty`,
       which is added when the response is not well formed). Where the env declares how to read its
       feedback (`EnvPreset.feedback_probe`, or the env's own `follows_feedback`), steps after a reply
-      that gave a direction also carry `follows_feedback` (the action moved the way it said).
+      that gave a direction also carry `follows_feedback` (the action moved the way it said). Where
+      it also declares how a reply changes (`changed_reply` / `reply_moves`, or the probe's `changed` /
+      `moves`), a step whose reply carries a direction adds `counterfactual`: the next observation
+      had the reply said the other way, the moves to score and those the real reply favours
+      (`oat_dppo.agent.reply_effect`).
     * `truncated` is set by the adapter after `max_turns` steps if the env has not ended the episode.
     * Seeding: every reset passes an explicit seed to the wrapped env. `reset()` draws it from a
       generator seeded by the instance seed, so an instance replays the same episodes;
@@ -113,6 +129,7 @@ class TextEnv:
         self._actions: list[str] = []
         self._lock = threading.Lock()  # one episode at a time per instance
         self._follows_feedback, self._blind_success = _feedback_probe(inner, preset)
+        self._changed_reply, self._reply_moves = _reply_probe(inner, preset)
         # Also release on garbage collection / interpreter exit: an unclosed GEM math env's pool
         # otherwise prints "Exception ignored in Pool.__del__" at exit.
         self._finalizer = weakref.finalize(self, _release, inner)
@@ -190,6 +207,10 @@ class TextEnv:
             info.update(well_formed=well_formed, turn=self._turn, env_reward=env_reward)
             if follows is not None:
                 info.setdefault("follows_feedback", bool(follows))
+            if not self._done and self._changed_reply is not None and self._follows_feedback is not None:
+                counterfactual = self._counterfactual(obs, info)
+                if counterfactual is not None:
+                    info["counterfactual"] = counterfactual
             return self._compose(info), reward, terminated, truncated, info
 
     def close(self) -> None:
@@ -208,6 +229,22 @@ class TextEnv:
         return f"TextEnv({self.env_id!r}, seed={self.seed}, max_turns={self.max_turns})"
 
     # -- internals ----------------------------------------------------------------------------
+    def _counterfactual(self, reply: str, info: dict[str, Any]) -> dict[str, Any] | None:
+        """What the next turn's prompt would be had `reply` (the newest observation) said the other
+        thing, everything else equal, with the moves to score and which of them `reply` favours
+        (`oat_dppo.agent.reply_effect`); None when the reply carries no such information."""
+        changed = self._changed_reply(reply)
+        if changed is None:
+            return None
+        moves = [str(m) for m in self._reply_moves()]
+        self._observations[-1] = changed
+        try:
+            changed_observation = self._compose(info)
+        finally:
+            self._observations[-1] = reply
+        return {"changed_observation": changed_observation, "moves": moves,
+                "favoured": [bool(self._follows_feedback(reply, m)) for m in moves]}
+
     def _compose(self, info: dict[str, Any]) -> str:
         if self.history == "last":
             body = _with_newline(self._observations[-1])

@@ -111,6 +111,14 @@ def _glued_record(text: str) -> dict | None:
     return None
 
 
+# Metrics renamed since older runs were committed: old name -> the name they are read under.
+RENAMED_METRICS = {
+    # it measures agreement with the hint's direction (a blind ascending sweep reaches 1.0), not feedback use
+    "rollout/feedback_follow_rate": "rollout/hint_direction_agreement",
+    "eval/feedback_follow_rate": "eval/hint_direction_agreement",
+}
+
+
 def parse_metrics(lines: Iterable[str], source: str = METRICS_FILE, warn: Warn | None = None) -> MetricTable:
     """Parse metrics.jsonl lines (see the module docstring for what is forgiven)."""
     warn = warn or warn_stderr
@@ -138,7 +146,8 @@ def parse_metrics(lines: Iterable[str], source: str = METRICS_FILE, warn: Warn |
         if isinstance(it, bool) or not isinstance(it, (int, float)) or not math.isfinite(it) or it != int(it):
             warn(f"{source}: skipped line {lineno}: no integer 'iteration' (got {it!r})")
             continue
-        rows[int(it)] = obj  # a later line for the same iteration replaces it
+        # a later line for the same iteration replaces it; metrics renamed since read under their new names
+        rows[int(it)] = {RENAMED_METRICS.get(k, k): v for k, v in obj.items()}
     iterations = np.array(sorted(rows), dtype=np.int64)
     keys: set[str] = set()
     for obj in rows.values():

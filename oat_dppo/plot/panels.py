@@ -36,9 +36,13 @@ NAMED_PANELS: dict[str, Panel] = {
         # The dotted line: the most success a policy that ignores the env's replies can reach.
         Panel("success", "Success rate", "rollout/success_rate", "eval/success_rate",
               reference="_feedback_blind_success", reference_label="feedback-blind bound"),
-        # Games with a feedback probe: after "higher", a higher guess (~0.5 when the replies are ignored).
-        Panel("feedback", "Follows the environment's feedback (share of follow-up turns)",
-              "rollout/feedback_follow_rate", "eval/feedback_follow_rate"),
+        # Games with a feedback probe: after "higher", a higher guess. Agreement with the hint's direction,
+        # not feedback use: a blind ascending sweep reaches 1.0 (older runs' feedback_follow_rate, renamed).
+        Panel("feedback", "Agrees with the hint's direction (share of follow-up turns; a blind sweep reaches 1)",
+              "rollout/hint_direction_agreement", "eval/hint_direction_agreement"),
+        # How much the reply moves the policy (counterfactual, at evaluation): 0 blind, 1 follows replies.
+        Panel("reply_effect", "Reply effect: p(move the reply favours | reply) − p(same | reply reversed)",
+              "eval/reply_effect"),
     )
 }
 DEFAULT_PANELS = ("reward", "kept_frac", "mismatch", "prob_diff", "entropy")

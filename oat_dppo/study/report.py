@@ -16,7 +16,8 @@ final window, the largest pi/mu trained on, the mean of train/mismatch_mean (|pi
 the update's first optimizer step: the mismatch alone, where train/prob_diff_mean also holds the
 policy's drift over the update's later steps), the success rate over the first and the final window,
 the lowest well-formed rate after the first window (a dip of the format short of the floor),
-and what the run says at the end: its most common response and the reward that saying it in every
+the iterations whose rollout rewards had no spread (rollout/reward_std 0: every episode earned the
+same, normalised advantages are 0 and nothing moves the policy: the absorbing floor), and what the run says at the end: its most common response and the reward that saying it in every
 turn earns in the run's environment (`constant_policy`).
 
 `summary.md` also says how many runs settled on one answer (their most common final response holds
@@ -57,7 +58,11 @@ PRE_UPDATE_MISMATCH = "train/mismatch_mean"
 RATIO_MAX = "train/ratio_max"
 SUCCESS = "rollout/success_rate"
 WELL_FORMED = "rollout/well_formed_rate"
-FOLLOWS = "rollout/feedback_follow_rate"
+FOLLOWS = "rollout/hint_direction_agreement"  # read from older files' rollout/feedback_follow_rate too
+# Every episode of the iteration earned the same reward: group- or batch-normalised advantages are all
+# zero and nothing moves the policy (the absorbing floor, whatever the reward is).
+REWARD_STD = "rollout/reward_std"
+ZERO_SPREAD = 1e-9
 # An iteration is "collapsed" when its mean reward is within this of the format-failure floor (all
 # or nearly all episodes failed to write a parseable action) and, where it was logged, fewer than
 # COLLAPSE_WELL_FORMED of its turns were well-formed (`floor_iterations`).
@@ -109,10 +114,14 @@ class RunResult:
     # the lowest rollout/well_formed_rate after the first final window: a dip of the format short of
     # the floor, once the policy has learned it (the first window holds the untrained model's misses)
     well_formed_min: float = math.nan
-    # Feedback use (games that declare a probe): the share of follow-up turns that moved the way the
-    # env's reply said, over the final window, and the success no feedback-blind policy can beat.
+    # Games that declare a probe: the share of follow-up turns that moved the way the env's reply said
+    # (rollout/hint_direction_agreement: agreement, which a blind ascending sweep also reaches, not
+    # feedback use), over the final window, and the success no feedback-blind policy can beat.
     follows_final: float = math.nan
     blind_success: float = math.nan
+    # Iterations whose rollout rewards had no spread (`zero_spread_iterations`; NaN where the run logged
+    # no rollout/reward_std).
+    zero_spread: float = math.nan
 
 
 def _finite(table: MetricTable, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -139,6 +148,14 @@ def at_floor(reward: np.ndarray, well_formed: np.ndarray, floor: float) -> np.nd
 def floor_iterations(reward: np.ndarray, well_formed: np.ndarray, floor: float) -> int:
     """How many iterations collapsed to the format-failure floor (`at_floor`)."""
     return int(np.sum(at_floor(reward, well_formed, floor)))
+
+
+def zero_spread_iterations(reward_std: np.ndarray) -> float:
+    """How many iterations' rollout rewards had zero spread (std <= `ZERO_SPREAD`): every episode
+    earned the same, so normalised advantages are all 0 and the update moves nothing. Counts only
+    the iterations that logged the std; NaN when none did. `reward_std`: [iterations], NaN where not logged."""
+    logged = np.isfinite(reward_std)
+    return float(np.sum(reward_std[logged] <= ZERO_SPREAD)) if logged.any() else math.nan
 
 
 def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_window: int = 3) -> RunResult:
@@ -174,6 +191,7 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
         success_final=_mean(success[-final_window:]),
         well_formed_min=float(np.min(well_formed[final_window:])) if len(well_formed) > final_window else math.nan,
         follows_final=_mean(follows[-final_window:]),
+        zero_spread=zero_spread_iterations(table.column(REWARD_STD)),
     )
 
 
@@ -299,7 +317,7 @@ def _num(v: float, metric: str) -> str:
         return f"{v:.3g}"
     if metric == "ratio_max":
         return f"{v:.4g}"
-    if metric == "collapsed":
+    if metric in ("collapsed", "zero_spread"):
         return f"{v:.1f}"
     return f"{v:.3f}"
 
@@ -371,7 +389,7 @@ def stability_table(groups: Sequence[Group]) -> str:
             "saying its final answer every turn earns", "lowest reward", "runs at the floor",
             "iterations at the floor", "lowest well-formed rate (after the first window), per seed", "kept frac",
             "mismatch \\|π − μ\\| (before the update)", "drift \\|π − μ\\| (over the update)", "entropy (final)",
-            "largest π/μ (any seed)", "repeated responses (final)"]
+            "largest π/μ (any seed)", "repeated responses (final)", "iterations with no reward spread"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for g in groups:
         at_floor = sum(r.collapsed > 0 for r in g.results)
@@ -380,7 +398,7 @@ def stability_table(groups: Sequence[Group]) -> str:
                cell(g, "final_response_reward"), cell(g, "lowest"),
                f"{at_floor}/{len(g.results)}" if g.results else "-", cell(g, "collapsed"),
                per_seed(g, "well_formed_min"), cell(g, "kept"), cell(g, "engine_mismatch"), cell(g, "mismatch"),
-               cell(g, "entropy_final"), _num(largest, "ratio_max"), cell(g, "repeat_rate")]
+               cell(g, "entropy_final"), _num(largest, "ratio_max"), cell(g, "repeat_rate"), cell(g, "zero_spread")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -470,7 +488,8 @@ RUN_CSV_COLUMNS = ("name", "model", "env", "engine", "trust_region", "seed", "it
                    "min_reward", "collapsed_iterations", "kept_frac_mean", "prob_diff_mean", "entropy_min",
                    "eval_reward", "mismatch_mean", "entropy_final", "ratio_max", "machine", "final_response",
                    "final_response_share", "repeat_rate_final", "final_response_reward", "success_first",
-                   "success_final", "well_formed_min", "blind_success", "feedback_follow_final")
+                   "success_final", "well_formed_min", "blind_success", "feedback_follow_final",
+                   "zero_spread_iterations")
 
 
 def format_failure_floor(run: RunSpec) -> float:
@@ -497,7 +516,7 @@ def runs_csv_text(groups: Sequence[Group]) -> str:
                         num(res.ratio_max), res.machine, res.final_response, num(res.final_response_share),
                         num(res.repeat_rate), num(res.final_response_reward), num(res.success_first),
                         num(res.success_final), num(res.well_formed_min), num(res.blind_success),
-                        num(res.follows_final), *[g.extra[k] for k in extra_keys]])
+                        num(res.follows_final), num(res.zero_spread), *[g.extra[k] for k in extra_keys]])
     return buf.getvalue()
 
 
@@ -513,12 +532,12 @@ def responses_table(groups: Sequence[Group]) -> str:
     cut to 40 characters, in a code span), that response's share of the turns, the repeat
     rate, the reward for saying that response in every turn beside the run's final reward, the
     success rate over the first and the final window beside the most a feedback-blind policy reaches,
-    and the share of follow-up turns that moved the way the env's reply said (final window; about 0.5
-    for a policy that ignores the replies, 1.0 for one that reads them)."""
+    and the share of follow-up turns that moved the way the env's reply said (final window; agreement
+    with the hint's direction: a reader scores about 1.0, but so does a blind ascending sweep)."""
     extra_keys = list(groups[0].extra) if groups else []
     lines = ["| trust region | " + " | ".join([*extra_keys, "seed"]) + " | most common response | share | repeats | "
              "saying it every turn earns | final reward | success, first → final | feedback-blind bound | "
-             "follows the feedback (final) |",
+             "agrees with the hint's direction (final) |",
              "|" + "---|" * (len(extra_keys) + 10)]
     for g in groups:
         for r in g.results:
@@ -574,7 +593,9 @@ def markdown(study: Study, groups: Sequence[Group], runs: Sequence[RunSpec], fig
         f"**entropy** over a run's last {study.final_window} iterations (near 0: the policy turned "
         "deterministic); the **largest π/μ** of any token trained on (masked or clipped ones included); the "
         "share of an episode's turns whose response **repeats** the turn before's word for word, in the sample "
-        f"episodes logged over the last {study.final_window} iterations.",
+        f"episodes logged over the last {study.final_window} iterations; the **iterations with no reward spread** "
+        "(per run, where `rollout/reward_std` was logged): every episode earned the same reward, so normalised "
+        "advantages are 0 and nothing moves the policy (the absorbing floor, at any reward).",
         "",
         stability_table(groups),
     ]

@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from oat_dppo.agent import Episode, PromptFormat, assign_advantages, episode_metrics, play_episodes
+from oat_dppo.agent.reply_effect import ModelMovePolicy, cases_from_episodes, reply_effect
 from oat_dppo.backends.local import checkpoint
 from oat_dppo.components import (
     build_envs,
@@ -425,8 +426,13 @@ class LocalTrainer:
             max_new_tokens=self.max_new_tokens, topk=0, generation_seed=derive_seed(self.cfg.seed, "eval-gen", iteration),
             temperature=self.cfg.eval_temperature,
         )
-        self._phase = "log"
         out = {f"eval/{k}": v for k, v in episode_metrics(episodes).items()}
+        cases = cases_from_episodes(episodes, lambda obs: self.prompt.encode(obs)[0])
+        if cases:  # the env declares how its replies change: one scoring pass over the turns after one
+            policy = ModelMovePolicy(self.model, self.tokenizer, self.cfg.response_prefix)
+            out["eval/reply_effect"] = reply_effect(policy, cases)
+            out["eval/reply_effect_turns"] = float(len(cases))
+        self._phase = "log"
         out["eval/env_errors"] = stats.env_errors
         out["time/eval_s"] = time.perf_counter() - t0
         return out
@@ -462,8 +468,10 @@ class LocalTrainer:
                  f"kept {row.get('train/kept_frac', math.nan):.3f}",
                  f"mismatch {row.get('train/mismatch_mean', math.nan):.4f}",
                  f"|pi-mu| {row.get('train/prob_diff_mean', math.nan):.4f}"]
-        if "rollout/feedback_follow_rate" in row:
-            parts.append(f"follows feedback {row['rollout/feedback_follow_rate']:.2f}")
+        if "rollout/hint_direction_agreement" in row:
+            parts.append(f"hint agreement {row['rollout/hint_direction_agreement']:.2f}")
+        if "eval/reply_effect" in row:
+            parts.append(f"reply effect {row['eval/reply_effect']:.2f}")
         if "eval/reward_mean" in row:
             parts.append(f"eval {row['eval/reward_mean']:.3f}")
         return ", ".join(parts)

@@ -1,0 +1,126 @@
+r"""How much the environment's reply moves the policy: a feedback measure a blind policy cannot pass.
+
+`hint_direction_agreement` (the share of guesses that moved the way the last hint said) cannot tell
+reading from a blind habit: an ascending sweep 0, 1, 2, ... never meets a "lower" and scores 1.0.
+This measure asks the counterfactual instead. For a turn t that followed a reply r carrying
+information ("5: higher."), the env declares the changed reply r' (the same reply saying the other
+thing, "5: lower.") and the moves M it scores (the digits); the prompt x_t is rebuilt with r' in
+place of r, everything else equal (x'_t). With p(m | x) the policy's probability that its response
+starts with move m, renormalised over M, and F ⊆ M the moves r favours (those that follow it):
+
+    effect_t = sum_{m in F} p(m | x_t) - sum_{m in F} p(m | x'_t)          in [-1, 1]
+    reply_effect = mean_t effect_t
+
+A policy that ignores the replies sees nothing it uses change: p(. | x_t) = p(. | x'_t), 0 exactly
+(a blind sweep, a constant answer). One that always moves the way the reply says puts all of its mass
+in F under r and, the changed reply favouring the other side, none under r': 1. Negative: it moves
+against what the reply says.
+
+Games declare how their replies change as they declare feedback-follow: `changed_reply(observation)
+-> str | None` and `reply_moves() -> moves` on the env (HiddenDigit, HigherLower), or `changed` /
+`moves(env)` on the preset's feedback probe (GEM's GuessTheNumber); the adapter puts the result in a
+step's info and the agent loop on the next `Turn.counterfactual`. Evaluations score it with the
+learner's model (`ModelMovePolicy`: teacher-forced log-probs, one extra forward pass over the
+evaluated turns, 2 prompts x |M| moves each).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from oat_dppo.agent.types import Episode
+
+
+class MovePolicy(Protocol):
+    def move_probs(self, prompts: Sequence[str], moves: Sequence[str]) -> np.ndarray:
+        """[P, M] non-negative weights of each move after each prompt (renormalised over M here)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One turn that followed a reply with information: its prompt under the real and the changed reply."""
+
+    prompt: str
+    changed_prompt: str
+    moves: tuple[str, ...]
+    favoured: tuple[bool, ...]  # [M] the moves the real reply favours
+
+
+def reply_effect(policy: MovePolicy, cases: Sequence[Case]) -> float:
+    """mean_t (p(F | real reply) - p(F | changed reply)), see the module docstring; NaN without cases."""
+    effects = []
+    for moves, group in _by_moves(cases).items():
+        prompts = [c.prompt for c in group] + [c.changed_prompt for c in group]
+        w = np.asarray(policy.move_probs(prompts, list(moves)), dtype=np.float64)  # [2C, M]
+        total = w.sum(axis=1, keepdims=True)
+        p = np.divide(w, total, out=np.zeros_like(w), where=total > 0)  # [2C, M], rows sum to 1 (or 0)
+        favoured = np.array([c.favoured for c in group], dtype=np.float64)  # [C, M]
+        real, changed = p[: len(group)], p[len(group):]  # [C, M] each
+        effects.extend(((real - changed) * favoured).sum(axis=1))
+    return float(np.mean(effects)) if effects else math.nan
+
+
+def _by_moves(cases: Sequence[Case]) -> dict[tuple[str, ...], list[Case]]:
+    groups: dict[tuple[str, ...], list[Case]] = {}
+    for c in cases:
+        groups.setdefault(c.moves, []).append(c)
+    return groups
+
+
+def cases_from_episodes(episodes: Sequence[Episode], encode: Callable[[str], str]) -> list[Case]:
+    """The `Case`s of the turns that carry a counterfactual; `encode` renders an observation as the
+    policy's prompt text (`PromptFormat.encode(obs)[0]`), as the real prompt was."""
+    out = []
+    for e in episodes:
+        if e.error is not None:
+            continue
+        for t in e.turns:
+            cf = t.counterfactual
+            if cf and cf.get("moves"):
+                out.append(Case(t.prompt_text, encode(cf["changed_observation"]), tuple(cf["moves"]),
+                                tuple(bool(f) for f in cf["favoured"])))
+    return out
+
+
+class ModelMovePolicy:
+    """p(m | x) from a causal LM by teacher forcing: exp of the summed log-probs of the move's tokens
+    after the prompt. A move is the action text the env reads: a response prefix pre-filled in the
+    prompt is taken off its front (a move that does not start with it gets weight 0)."""
+
+    def __init__(self, model, tokenizer, response_prefix: str = "", batch_size: int = 8):
+        self.model, self.tokenizer = model, tokenizer
+        self.response_prefix, self.batch_size = response_prefix, batch_size
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def move_probs(self, prompts: Sequence[str], moves: Sequence[str]) -> np.ndarray:
+        import torch
+
+        out = np.zeros((len(prompts), len(moves)))  # [P, M]
+        pairs = []  # (prompt index, move index, prompt ids, move ids)
+        for j, m in enumerate(moves):
+            if not m.startswith(self.response_prefix) or len(m) == len(self.response_prefix):
+                continue
+            move_ids = self._ids(m[len(self.response_prefix):])
+            for i, prompt in enumerate(prompts):
+                pairs.append((i, j, self._ids(prompt), move_ids))
+        device = next(self.model.parameters()).device
+        with torch.inference_mode():
+            for start in range(0, len(pairs), self.batch_size):
+                chunk = pairs[start: start + self.batch_size]
+                width = max(len(p) + len(m) for _, _, p, m in chunk)
+                ids = torch.zeros((len(chunk), width), dtype=torch.long)  # [B, T], right-padded
+                mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                for b, (_, _, p, m) in enumerate(chunk):
+                    ids[b, : len(p) + len(m)] = torch.tensor(p + m)
+                    mask[b, : len(p) + len(m)] = 1
+                logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits  # [B, T, V]
+                for b, (i, j, p, m) in enumerate(chunk):
+                    rows = logits[b, len(p) - 1: len(p) + len(m) - 1].float().log_softmax(-1)  # [len(m), V]
+                    out[i, j] = math.exp(float(rows[torch.arange(len(m)), torch.tensor(m, device=device)].sum()))
+        return out
