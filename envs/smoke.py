@@ -12,6 +12,12 @@ or "lower". Reading the replies is necessary to do well: a policy that ignores t
 sequence of digits whatever the target is, and finds it in at most 4 of 10 targets (success <= 0.4);
 binary search finds every target (success 1.0). With `feedback=False` the replies only say "no",
 which takes the bound down for every policy: the control of the credit-assignment test.
+
+`smoke:ask_first`: credit across turns. Turn 1: ask (the reply reveals a key) or not (the reply says
+nothing); turn 2: answer. Only a right answer pays (1), and only on turn 2: turn 1's action earns
+nothing itself, yet decides whether turn 2 can beat chance. A policy that never asks succeeds 1 time
+in `keys`; one that always asks and reads the key, always. Learning to ask needs turn 2's reward to
+reach turn 1 (gamma > 0): with gamma 0 turn 1's return is 0 whatever it did.
 """
 
 from __future__ import annotations
@@ -47,6 +53,19 @@ PRESETS = (
         first_class=True,
         factory="oat_dppo_envs.smoke:HiddenDigit",
         description="guess a hidden digit in 4 turns from higher/lower replies: blind success <= 0.4 (multi-turn)",
+    ),
+    EnvPreset(
+        env_id="smoke:ask_first",
+        family="smoke",
+        multi_turn=True,
+        max_turns=2,
+        max_new_tokens=1,  # one character a turn
+        obs_prefix="",
+        obs_suffix="",
+        action_format="any",
+        first_class=True,
+        factory="oat_dppo_envs.smoke:AskFirst",
+        description="turn 1: ask for a key or not; turn 2: answer; only a right answer pays: credit across turns (multi-turn)",
     ),
 )
 
@@ -183,3 +202,42 @@ class HiddenDigit:
         guesses = min(max_turns, self.max_turns) - (1 if self.reveal else 0)
         return min(guesses, self.digits) / self.digits
 
+
+class AskFirst:
+    """Credit across turns: the reward comes on turn 2 and depends on turn 1's action.
+
+    A reply names a number by its first character (code point minus '0', modulo `keys`; every
+    character names one, so a random byte-level model does from its first reply). Turn 1 asks when
+    its first character's code point is a multiple of `ask_one_in` (a random model's first characters
+    are far from uniform: tiny-qwen3 asks about 1 time in 4 at 2): the reply is the key K written
+    `width` times ("2222222222"; a whole reply of it is what a random model reads soonest), else
+    `width` dashes. Turn 2 answers: reward 1 when it names K, 0 otherwise; the episode ends there.
+    Never asking: success 1/`keys`; always asking and reading: 1. (`max_turns` is fixed at 2.)"""
+
+    def __init__(self, seed: int = 0, max_turns: int = 2, keys: int = 4, ask_one_in: int = 2, width: int = 10):
+        if int(max_turns) != 2:
+            raise ValueError(f"smoke:ask_first has exactly 2 turns, got max_turns={max_turns!r}")
+        if not 2 <= int(keys) <= 10:
+            raise ValueError(f"keys must be in 2..10, got {keys!r}")
+        self.max_turns, self.keys, self.ask_one_in, self.width = 2, int(keys), max(1, int(ask_one_in)), max(1, int(width))
+        self._rng = random.Random(seed)
+        self._key, self._turn, self.asked = 0, 0, False
+
+    def reset(self, seed: int | None = None):
+        self._rng = random.Random(seed)
+        self._key, self._turn, self.asked = self._rng.randrange(self.keys), 0, False
+        return "Ask for the key, or answer blind.", {}
+
+    def step(self, action: str):
+        self._turn += 1
+        if self._turn == 1:
+            self.asked = bool(action) and ord(action[0]) % self.ask_one_in == 0
+            reply = str(self._key) * self.width if self.asked else "-" * self.width
+            return reply, 0.0, False, False, {"asked": self.asked}
+        right = first_char_digit(action, self.keys) == self._key
+        return ("right." if right else "wrong."), float(right), True, False, {"success": right, "asked": self.asked}
+
+    @property
+    def key(self) -> int:
+        """The current episode's key (for tests; the policy sees it only after asking)."""
+        return self._key
