@@ -65,7 +65,7 @@ PRESETS = (
         action_format="any",
         first_class=True,
         factory="oat_dppo_envs.smoke:AskFirst",
-        description="turn 1: ask for a key or not; turn 2: answer; only a right answer pays: credit across turns (multi-turn)",
+        description="turn 1: ask for a key or not; turn 2: answer; only a right answer pays (multi-turn credit)",
     ),
 )
 
@@ -219,7 +219,8 @@ class AskFirst:
             raise ValueError(f"smoke:ask_first has exactly 2 turns, got max_turns={max_turns!r}")
         if not 2 <= int(keys) <= 10:
             raise ValueError(f"keys must be in 2..10, got {keys!r}")
-        self.max_turns, self.keys, self.ask_one_in, self.width = 2, int(keys), max(1, int(ask_one_in)), max(1, int(width))
+        self.max_turns, self.keys = 2, int(keys)
+        self.ask_one_in, self.width = max(1, int(ask_one_in)), max(1, int(width))
         self._rng = random.Random(seed)
         self._key, self._turn, self.asked = 0, 0, False
 

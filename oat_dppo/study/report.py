@@ -17,8 +17,9 @@ the update's first optimizer step: the mismatch alone, where train/prob_diff_mea
 policy's drift over the update's later steps), the success rate over the first and the final window,
 the lowest well-formed rate after the first window (a dip of the format short of the floor),
 the iterations whose rollout rewards had no spread (rollout/reward_std 0: every episode earned the
-same, normalised advantages are 0 and nothing moves the policy: the absorbing floor), and what the run says at the end: its most common response and the reward that saying it in every
-turn earns in the run's environment (`constant_policy`).
+same, normalised advantages are 0 and nothing moves the policy: the absorbing floor), and what
+the run says at the end: its most common response and the reward that saying it in every turn earns
+in the run's environment (`constant_policy`).
 
 `summary.md` also says how many runs settled on one answer (their most common final response holds
 `SETTLED_SHARE` of the final turns) and how their final reward compares with what that answer earns
