@@ -56,9 +56,11 @@ hook() {  # name script
   say "$name: exit $?"
 }
 
-runs_left() {  # study -> runs not done (to resume + to start), from the study's own dry run
-  "$PY" -m oat_dppo.study "experiments/$1.toml" --dry-run 2>/dev/null |
-    sed -n 's/.* done (skipped), \([0-9]*\) to resume, \([0-9]*\) to start.*/\1 \2/p' | awk '{print $1 + $2}'
+runs_left() {  # study -> runs not done (to resume + to start), from the study's own dry run; "?" if it cannot say
+  local n
+  n=$("$PY" -m oat_dppo.study "experiments/$1.toml" --dry-run 2>/dev/null |
+    sed -n 's/.* done (skipped), \([0-9]*\) to resume, \([0-9]*\) to start.*/\1 \2/p' | awk '{print $1 + $2}')
+  echo "${n:-?}"
 }
 
 # Rounds: the studies with runs left take PARALLEL slots in the order above (the decisive study's runs
@@ -71,7 +73,9 @@ studies() {
     free=$PARALLEL; pids=()
     for s in "${STUDIES[@]}"; do
       [ "${ran[$s]:-}" = stuck ] && continue
-      n=$(runs_left "$s"); n=${n:-0}
+      n=$(runs_left "$s")
+      # a study the dry run cannot count (no project on $PY's path, a bad study file) is not "done"
+      [ "$n" = "?" ] && { say "$s: cannot count its runs ($PY -m oat_dppo.study experiments/$s.toml --dry-run failed): skipped"; ran[$s]=stuck; continue; }
       if [ -n "${ran[$s]:-}" ] && [ "$n" -gt 0 ] && [ "$n" -ge "${ran[$s]}" ]; then
         say "$s: no run finished in the last round ($n left): left alone"; ran[$s]=stuck; continue
       fi
