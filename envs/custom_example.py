@@ -76,5 +76,5 @@ class HigherLower:
         other = "lower" if hint.group(2) == "higher" else "higher"
         return observation[: hint.start(2)] + other + observation[hint.end(2):]
 
-    def reply_moves(self) -> list[str]:
+    def reply_moves(self, observation: str) -> list[str]:
         return [f"\\boxed{{{n}}}" for n in range(1, self.high + 1)]

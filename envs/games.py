@@ -24,6 +24,7 @@ PRESETS = (
         action_pattern=r"\d+\s\d+\s\d+",
         first_class=True,
         description="4x4 Sudoku, about 9 empty cells, one move per turn (multi-turn)",
+        feedback_probe="oat_dppo_envs.games:SUDOKU",
         **GAME,
     ),
     EnvPreset(
@@ -32,6 +33,7 @@ PRESETS = (
         action_pattern=r"\d+\s\d+\s\d+",
         first_class=True,
         description="9x9 Sudoku, about 47 empty cells in 50 turns (multi-turn)",
+        feedback_probe="oat_dppo_envs.games:SUDOKU",
         **GAME,
     ),
 )
@@ -66,7 +68,7 @@ class GuessTheNumberFeedback:
         other = "lower" if hint.group(2) == "higher" else "higher"
         return observation[: hint.start(2)] + other + observation[hint.end(2):]
 
-    def moves(self, env) -> list[str]:
+    def moves(self, env, observation: str) -> list[str]:
         """Every guess in the env's range, as GEM reads it (none for the random-range variant)."""
         low, high = getattr(env, "min_number", None), getattr(env, "max_number", None)
         if low is None or high is None or getattr(env, "_is_random", False):
@@ -84,3 +86,98 @@ class GuessTheNumberFeedback:
 
 
 GUESS_THE_NUMBER = GuessTheNumberFeedback()
+
+
+class SudokuFeedback:
+    """Feedback in GEM's Sudoku. Every well-formed move is answered: "At turn 3, you placed 2 at R1 C4,
+    which is correct." (reward 1/empty cells), or a refutation of the move, reward 0 and the game goes
+    on: "you tried to place 2 at R1 C4, which is already filled" (a clue or an earlier placement),
+    "... which violates Sudoku rules" (the digit is wrong there), "... which is out of bounds"; a reply
+    without a move ends the game at -0.1. The board is shown every turn, so what a refutation adds is
+    the named move itself: a reader does not play a refuted move again.
+
+    * follows: the move after a refutation is not the refuted one (a filled cell: no digit in it).
+      Agreement only: a policy that never repeats a move agrees without reading.
+    * changed: the refutation names a neighbouring move of the same kind instead (another cell for
+      "already filled", another digit in the same cell for "violates"); out-of-bounds replies have no
+      changed reply (a neighbour of an impossible move is mostly possible).
+    * moves: the two named moves. The real reply favours the one it did not refute, so a policy that
+      never plays a refuted move scores 1 (`oat_dppo.agent.reply_effect`), one that ignores the
+      reply 0.
+    * outcome: the kind of each reply, counted per episode in `rollout/outcome_*` (correct placements,
+      moves onto filled cells, rule violations, out of bounds, malformed)."""
+
+    _MOVE = re.compile(r"you (?:tried to place|placed) (\d+) at R(\d+) C(\d+), which (is correct|is already filled"
+                       r"|violates Sudoku rules|is out of bounds)")
+    _ACTION = re.compile(r"\\boxed\{(\d+)\s(\d+)\s(\d+)\}")  # GEM's own pattern
+    _KINDS = {"is correct": "correct", "is already filled": "filled", "violates Sudoku rules": "violates",
+              "is out of bounds": "out_of_bounds"}
+    OUTCOMES = ("correct", "filled", "violates", "out_of_bounds", "malformed", "refuted")
+
+    def refuted(self, observation: str) -> tuple[str, int, int, int] | None:
+        """(kind, row, col, digit) of the move a refutation names; None for any other reply."""
+        found = self._MOVE.search(observation)
+        if found is None or found.group(4) == "is correct":
+            return None
+        digit, row, col = (int(found.group(i)) for i in (1, 2, 3))
+        return self._KINDS[found.group(4)], row, col, digit
+
+    def follows(self, observation: str, action: str) -> bool | None:
+        refuted, moves = self.refuted(observation), self._ACTION.findall(action)
+        if refuted is None or not moves:
+            return None
+        kind, row, col, digit = refuted
+        r, c, d = (int(x) for x in moves[-1])
+        if kind == "filled":
+            return (r, c) != (row, col)
+        return (r, c, d) != (row, col, digit)
+
+    def _neighbour(self, observation: str) -> tuple[int, int, int] | None:
+        """The move a changed refutation names: the next column for a filled cell, the next digit for a
+        violation (one down at the board's edge, whatever its size)."""
+        refuted = self.refuted(observation)
+        if refuted is None or refuted[0] == "out_of_bounds":
+            return None
+        kind, row, col, digit = refuted
+        if kind == "filled":
+            return row, (col - 1 if col > 1 else col + 1), digit
+        return row, col, (digit - 1 if digit > 1 else digit + 1)
+
+    def changed(self, observation: str) -> str | None:
+        neighbour = self._neighbour(observation)
+        if neighbour is None:
+            return None
+        found = self._MOVE.search(observation)
+        row, col, digit = neighbour
+        named = f"{digit} at R{row} C{col}"
+        start, end = found.start(1), found.end(3)
+        return observation[:start] + named + observation[end:]
+
+    def moves(self, env, observation: str) -> list[str]:
+        refuted, neighbour = self.refuted(observation), self._neighbour(observation)
+        if neighbour is None:
+            return []
+        _, row, col, digit = refuted
+        return [f"\\boxed{{{row} {col} {digit}}}", "\\boxed{{{} {} {}}}".format(*neighbour)]
+
+    def blind_success(self, env, max_turns: int) -> float:
+        """Not defined: the board, not the reply, says which moves are possible (NaN)."""
+        return math.nan
+
+    def outcome(self, observation: str, reward: float) -> str | None:
+        """The kind of reply: correct, filled, violates, out_of_bounds, malformed; at the turn limit GEM
+        replaces the reply, so only the reward tells a placement ("correct") from a refutation
+        ("refuted")."""
+        found = self._MOVE.search(observation)
+        if found is not None:
+            return self._KINDS[found.group(4)]
+        if observation.startswith("Congratulations"):
+            return "correct"
+        if observation.startswith("You did not provide a valid guess"):
+            return "malformed"
+        if observation.startswith("You have reached the maximum number of turns"):
+            return "correct" if reward > 0 else "refuted"
+        return None
+
+
+SUDOKU = SudokuFeedback()

@@ -192,7 +192,7 @@ class HiddenDigit:
     def changed_reply(self, observation: str) -> str | None:
         return changed_hint(observation)
 
-    def reply_moves(self) -> list[str]:
+    def reply_moves(self, observation: str) -> list[str]:
         return [str(d) for d in range(self.digits)]
 
     def feedback_blind_success(self, max_turns: int) -> float:

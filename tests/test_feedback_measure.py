@@ -59,7 +59,7 @@ def binary_search(prompt, moves):
 def play(env_id: str, policy: Scripted, episodes: int = 60, **options):
     """(cases for the reply effect, the old hint-direction agreement) of `policy` over `episodes` episodes."""
     env = make_env(env_id, seed=0, **options)
-    moves = env.unwrapped.reply_moves()
+    moves = env.unwrapped.reply_moves("")  # the same moves after every reply
     cases, agree = [], []
     for seed in range(episodes):
         obs, _ = env.reset(seed=seed)

@@ -128,10 +128,13 @@ def play_episodes(
                     response_text=text,
                     follows_feedback=info.get("follows_feedback"),
                     counterfactual=counterfactual,
+                    outcome=info.get("outcome"),
                 )
             )
             if "success" in info:
                 ep.info["success"] = bool(info["success"])
+            if info.get("outcome_kinds"):
+                ep.info["outcome_kinds"] = tuple(info["outcome_kinds"])
         stats.env_seconds += clock() - t0
         turn_index += 1
     return episodes, stats

@@ -40,7 +40,18 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     rate = hint_direction_agreement(played)
     if math.isfinite(rate):  # only for envs that declare how to read their feedback
         out["hint_direction_agreement"] = rate
+    out.update(outcomes_per_episode(played))
     return out
+
+
+def outcomes_per_episode(episodes: Sequence[Episode]) -> dict[str, float]:
+    """`outcome_<kind>`: the mean number of turns per episode whose reply was of that kind, for envs
+    that classify their replies (Sudoku: `outcome_correct` is correct placements per episode,
+    `outcome_filled` moves onto filled cells); every kind the env declares, zeros included; {} where
+    none does."""
+    kinds = sorted({t.outcome for e in episodes for t in e.turns if t.outcome is not None}
+                   | {k for e in episodes for k in e.info.get("outcome_kinds", ())})
+    return {f"outcome_{k}": float(np.mean([sum(t.outcome == k for t in e.turns) for e in episodes])) for k in kinds}
 
 
 def hint_direction_agreement(episodes: Sequence[Episode]) -> float:

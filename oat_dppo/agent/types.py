@@ -31,6 +31,9 @@ class Turn:
     # information, or none declared): {"changed_observation", "moves", "favoured"}, see
     # `oat_dppo.agent.reply_effect`.
     counterfactual: dict | None = None
+    # The kind of reply this turn's action got, where the env classifies them (Sudoku: "correct",
+    # "filled", "violates", ...; see `TextEnv`'s `outcome`), counted per episode by the metrics.
+    outcome: str | None = None
     # Filled by `advantages.assign_advantages`.
     ret: float = 0.0
     advantage: float = 0.0

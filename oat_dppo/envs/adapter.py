@@ -47,15 +47,27 @@ def _feedback_probe(inner: Any, preset: EnvPreset) -> tuple[Callable | None, Cal
 
 
 def _reply_probe(inner: Any, preset: EnvPreset) -> tuple[Callable | None, Callable | None]:
-    """(changed_reply(observation) -> str | None, reply_moves() -> moves) for `inner`, the counterfactual
-    of `oat_dppo.agent.reply_effect`: its own `changed_reply` / `reply_moves` methods, else the preset
-    probe's `changed` / `moves(env)`, else (None, None)."""
+    """(changed_reply(observation) -> str | None, reply_moves(observation) -> moves) for `inner`, the
+    counterfactual of `oat_dppo.agent.reply_effect`: its own `changed_reply` / `reply_moves` methods,
+    else the preset probe's `changed` / `moves(env, observation)`, else (None, None)."""
     if callable(getattr(inner, "changed_reply", None)) and callable(getattr(inner, "reply_moves", None)):
         return inner.changed_reply, inner.reply_moves
     probe = load_object(preset.feedback_probe) if preset.feedback_probe else None
     if probe is None or not callable(getattr(probe, "changed", None)):
         return None, None
-    return probe.changed, lambda: probe.moves(inner)
+    return probe.changed, lambda observation: probe.moves(inner, observation)
+
+
+def _outcome_probe(inner: Any, preset: EnvPreset) -> tuple[Callable | None, tuple[str, ...]]:
+    """(reply_outcome(observation, reward) -> kind | None, every kind it can return) for `inner` (counted
+    per episode in the `outcome_*` metrics, zeros included): its own `reply_outcome` and
+    `REPLY_OUTCOMES`, else the preset probe's `outcome` and `OUTCOMES`, else (None, ())."""
+    if callable(getattr(inner, "reply_outcome", None)):
+        return inner.reply_outcome, tuple(getattr(inner, "REPLY_OUTCOMES", ()))
+    probe = load_object(preset.feedback_probe) if preset.feedback_probe else None
+    if probe is None or not callable(getattr(probe, "outcome", None)):
+        return None, ()
+    return probe.outcome, tuple(getattr(probe, "OUTCOMES", ()))
 
 
 class TextEnv:
@@ -74,7 +86,8 @@ class TextEnv:
       it also declares how a reply changes (`changed_reply` / `reply_moves`, or the probe's `changed` /
       `moves`), a step whose reply carries a direction adds `counterfactual`: the next observation
       had the reply said the other way, the moves to score and those the real reply favours
-      (`oat_dppo.agent.reply_effect`).
+      (`oat_dppo.agent.reply_effect`). Where it classifies its replies (`reply_outcome`, or the
+      probe's `outcome`), every step carries `outcome` (Sudoku: correct, filled, violates, ...).
     * `truncated` is set by the adapter after `max_turns` steps if the env has not ended the episode.
     * Seeding: every reset passes an explicit seed to the wrapped env. `reset()` draws it from a
       generator seeded by the instance seed, so an instance replays the same episodes;
@@ -130,6 +143,7 @@ class TextEnv:
         self._lock = threading.Lock()  # one episode at a time per instance
         self._follows_feedback, self._blind_success = _feedback_probe(inner, preset)
         self._changed_reply, self._reply_moves = _reply_probe(inner, preset)
+        self._reply_outcome, self._outcome_kinds = _outcome_probe(inner, preset)
         # Also release on garbage collection / interpreter exit: an unclosed GEM math env's pool
         # otherwise prints "Exception ignored in Pool.__del__" at exit.
         self._finalizer = weakref.finalize(self, _release, inner)
@@ -207,6 +221,10 @@ class TextEnv:
             info.update(well_formed=well_formed, turn=self._turn, env_reward=env_reward)
             if follows is not None:
                 info.setdefault("follows_feedback", bool(follows))
+            outcome = self._reply_outcome(obs, env_reward) if self._reply_outcome else None
+            if outcome is not None:
+                info.setdefault("outcome", str(outcome))
+                info.setdefault("outcome_kinds", self._outcome_kinds)
             if not self._done and self._changed_reply is not None and self._follows_feedback is not None:
                 counterfactual = self._counterfactual(obs, info)
                 if counterfactual is not None:
@@ -236,7 +254,7 @@ class TextEnv:
         changed = self._changed_reply(reply)
         if changed is None:
             return None
-        moves = [str(m) for m in self._reply_moves()]
+        moves = [str(m) for m in self._reply_moves(reply)]
         self._observations[-1] = changed
         try:
             changed_observation = self._compose(info)

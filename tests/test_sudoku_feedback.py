@@ -1,0 +1,133 @@
+"""GEM's Sudoku, read by the project: reply outcomes, the counterfactual reply effect, scripted bounds.
+
+The replies are GEM's own (the real `game:Sudoku-v0-easy` through `make_env`); the policies are
+scripted so that each measure is checked against what it must say: a reader that never replays a
+refuted move scores a reply effect of 1, a policy that ignores the reply 0, whatever it plays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oat_dppo.agent.metrics import outcomes_per_episode
+from oat_dppo.agent.reply_effect import Case, reply_effect
+from oat_dppo.agent.types import Episode, Turn
+from oat_dppo.envs import make_env
+from oat_dppo_envs.games import SUDOKU
+from oat_dppo_envs.sudoku_bounds import POLICIES, board_from_observation, play
+
+ENV = "game:Sudoku-v0-easy"
+
+
+def _board_env(seed: int = 3):
+    env = make_env(ENV, seed=0, history="last")
+    obs, _ = env.reset(seed=seed)
+    return env, obs
+
+
+def _cells(board, filled: bool):
+    return [(r + 1, c + 1) for r in range(len(board)) for c in range(len(board)) if (board[r][c] != 0) == filled]
+
+
+def test_each_reply_of_gem_is_classified_and_the_board_is_read_back():
+    env, obs = _board_env()
+    board = board_from_observation(obs)
+    assert board == env.unwrapped.board  # the prompt's board is GEM's
+    solution = env.unwrapped.full_grid
+    (fr, fc), (er, ec) = _cells(board, True)[0], _cells(board, False)[0]
+    wrong = next(d for d in range(1, 5) if d != solution[er - 1][ec - 1])
+    steps = [(f"\\boxed{{{fr} {fc} 1}}", "filled"), ("\\boxed{1 1 5}", "out_of_bounds"),
+             (f"\\boxed{{{er} {ec} {wrong}}}", "violates"),
+             (f"\\boxed{{{er} {ec} {solution[er - 1][ec - 1]}}}", "correct"), ("no move", "malformed")]
+    for action, kind in steps:
+        obs, reward, terminated, _, info = env.step(action)
+        assert info["outcome"] == kind, (action, obs)
+        assert (reward > 0) == (kind == "correct")
+    assert terminated  # a malformed reply ends GEM's game
+
+
+def test_counterfactual_names_a_neighbouring_move_and_favours_the_unrefuted_one():
+    env, obs = _board_env()
+    (fr, fc) = _cells(board_from_observation(obs), True)[0]
+    obs, _, _, _, info = env.step(f"\\boxed{{{fr} {fc} 3}}")
+    cf = info["counterfactual"]
+    neighbour = fc - 1 if fc > 1 else fc + 1
+    assert f"place 3 at R{fr} C{fc}, which is already filled" in obs
+    assert f"place 3 at R{fr} C{neighbour}, which is already filled" in cf["changed_observation"]
+    assert cf["changed_observation"].replace(f"R{fr} C{neighbour}", f"R{fr} C{fc}", 1) == obs  # all else equal
+    assert cf["moves"] == [f"\\boxed{{{fr} {fc} 3}}", f"\\boxed{{{fr} {neighbour} 3}}"]
+    assert cf["favoured"] == [False, True]
+    obs, _, _, _, info = env.step("\\boxed{1 1 5}")  # out of bounds: no counterfactual
+    assert "counterfactual" not in info and info["follows_feedback"] is True
+
+
+class MovePolicy:
+    """[P, M] weights: `reads` -> no weight on the move the prompt's reply refuted."""
+
+    def __init__(self, reads: bool, anti: bool = False):
+        self.reads, self.anti = reads, anti
+
+    def move_probs(self, prompts, moves):
+        out = np.ones((len(prompts), len(moves)))
+        for i, prompt in enumerate(prompts):
+            refuted = SUDOKU.refuted(prompt)
+            for j, move in enumerate(moves):
+                if not self.reads or refuted is None:
+                    out[i, j] = 1.0 + j  # blind: prefers later moves, the same after any reply
+                    continue
+                named = f"\\boxed{{{refuted[1]} {refuted[2]} {refuted[3]}}}"
+                out[i, j] = float((move == named) == self.anti)
+        return out
+
+
+def _cases(boards: int = 20) -> list[Case]:
+    """Every turn of random empty-cell play on real boards whose reply carries a counterfactual."""
+    env = make_env(ENV, seed=0, history="last")
+    rng = np.random.default_rng(0)
+    cases = []
+    for seed in range(boards):
+        obs, _ = env.reset(seed=seed)
+        done = False
+        while not done:
+            board = board_from_observation(obs)
+            cells = _cells(board, filled=bool(rng.random() < 0.3)) or _cells(board, True)
+            r, c = cells[rng.integers(len(cells))]
+            obs, _, terminated, truncated, info = env.step(f"\\boxed{{{r} {c} {rng.integers(1, 5)}}}")
+            done = terminated or truncated
+            cf = info.get("counterfactual")
+            if cf and not done:
+                cases.append(Case(obs, cf["changed_observation"], tuple(cf["moves"]), tuple(cf["favoured"])))
+    return cases
+
+
+def test_reply_effect_on_sudoku_is_one_for_a_reader_zero_blind_minus_one_against():
+    cases = _cases()
+    kinds = {SUDOKU.refuted(c.prompt)[0] for c in cases}
+    assert kinds == {"filled", "violates"} and len(cases) > 50
+    assert reply_effect(MovePolicy(reads=True), cases) == pytest.approx(1.0)
+    assert reply_effect(MovePolicy(reads=False), cases) == 0.0
+    assert reply_effect(MovePolicy(reads=True, anti=True), cases) == pytest.approx(-1.0)
+
+
+def test_outcomes_are_counted_per_episode_with_zeros_for_declared_kinds():
+    def turn(outcome):
+        return Turn([1], [2], np.zeros(1, np.float32), 0.0, False, False, True, "stop", outcome=outcome)
+
+    kinds = {"outcome_kinds": SUDOKU.OUTCOMES}
+    episodes = [Episode(0, 0, [turn("correct"), turn("correct"), turn("filled")], info=dict(kinds)),
+                Episode(1, 1, [turn("violates"), turn("malformed")], info=dict(kinds))]
+    counts = outcomes_per_episode(episodes)
+    assert counts["outcome_correct"] == 1.0 and counts["outcome_filled"] == 0.5
+    assert counts["outcome_out_of_bounds"] == 0.0 and set(counts) == {f"outcome_{k}" for k in SUDOKU.OUTCOMES}
+    assert outcomes_per_episode([Episode(0, 0, [turn(None)])]) == {}
+
+
+def test_scripted_bounds_order_as_the_board_and_the_replies_allow():
+    """random moves < empty cells <= empty cells avoiding every refuted move < the board's rules = 1."""
+    scores = {name: play(ENV, POLICIES[name], boards=60) for name in
+              ("random_move", "random_empty", "reader", "board_rules", "oracle")}
+    assert scores["random_move"]["reward"] < scores["random_empty"]["reward"] < scores["reader"]["reward"] < 0.6
+    assert scores["random_move"]["filled"] > 1 and scores["random_empty"]["filled"] == 0
+    assert scores["board_rules"]["reward"] == pytest.approx(1.0) == scores["oracle"]["reward"]
+    assert scores["board_rules"]["solved"] == 1.0 and scores["random_empty"]["solved"] < 0.05
