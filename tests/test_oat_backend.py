@@ -134,6 +134,9 @@ def test_derived_settings():
     assert args.aggregation == "seq_sum_constant_length"  # Oat's drgrpo
     assert args.vllm_max_logprobs == 20
     assert (args.tis_c, args.beta, args.use_fused_lm_head, args.algo) == (None, 0.0, False, "PPO")
+    args, _ = resolve("--env", "game:Sudoku-v0-easy", "--trust-region", "trm", "--tr-param", "sequence=turn",
+                      "--gpus", "8", "--collocate")  # a turn as the sequence: fine on Oat
+    args, _ = resolve("--env", "rg:arc_1d", "--trust-region", "trm", "--gpus", "8", "--collocate")  # single-turn
     args, _ = resolve("--env", "rg:arc_1d", "--critic-type", "grpo", "--gpus", "8", "--collocate")
     assert (args.gamma, args.aggregation) == (1.0, "seq_mean_token_mean")
     args, notes = resolve("--episodes-per-iteration", "256", "--group-size", "8", "--gpus", "8")  # 4 learners
@@ -175,6 +178,7 @@ def test_derived_settings():
         (["--episodes-per-iteration", "100", "--group-size", "8"], "must be a multiple of --group-size 8"),
         (["--zero-stage", "3", "--lora-rank", "8", "--logits-chunk-tokens", "1024"], "DeepSpeed#8148"),
         (["--logits-chunk-tokens", "-1"], "--logits-chunk-tokens must be >= 0"),
+        (["--env", "game:Sudoku-v0-easy", "--trust-region", "trm"], "--tr-param sequence=turn"),
     ],
 )
 def test_each_violation_is_one_clear_message(argv, needle):

@@ -48,6 +48,8 @@ class TokenBatch:
     topk_behavior_logp: [B, T, S] float32 or None, -inf on unused slots
     topk_valid:      [B, T, S] bool or None
     old_logp:        [B, T] float32 or None, recomputed log pi_old at response tokens (learner.loop)
+    sequence_ids:    [B] long or None, the episode of each row, for strategies whose sequence is the
+                     whole episode (`Requirements.trajectory_sequences`); None: each row is one sequence
     """
 
     input_ids: Tensor
@@ -59,6 +61,7 @@ class TokenBatch:
     topk_behavior_logp: Tensor | None = None
     topk_valid: Tensor | None = None
     old_logp: Tensor | None = None
+    sequence_ids: Tensor | None = None
 
     @property
     def num_tokens(self) -> int:

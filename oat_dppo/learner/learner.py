@@ -83,16 +83,30 @@ class Learner:
             raise ValueError("the model has no trainable parameters")
         self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
         self.topk = requirements(trust_region).topk
+        self.trajectory_sequences = requirements(trust_region).trajectory_sequences
 
-    def update(self, turns: Sequence[Turn], rng: random.Random) -> dict[str, float]:
-        """Train on `turns` (advantages already assigned); returns the update's metrics."""
+    def update(self, turns: Sequence[Turn], rng: random.Random, episode_ids: Sequence[int] | None = None
+               ) -> dict[str, float]:
+        """Train on `turns` (advantages already assigned); returns the update's metrics. `episode_ids`
+        (one per turn): the episode each turn belongs to, which a strategy whose sequence is the whole
+        episode needs (`Requirements.trajectory_sequences`); without them each turn is its own."""
         cfg = self.config
-        turns = [t for t in turns if t.response_ids]
+        if episode_ids is not None and len(episode_ids) != len(turns):
+            raise ValueError(f"{len(episode_ids)} episode ids for {len(turns)} turns")
+        kept = [i for i, t in enumerate(turns) if t.response_ids]
+        turns = [turns[i] for i in kept]
         if not turns:
             return {"optimizer_steps": 0.0, "train_tokens": 0.0}
+        groups = None
+        if self.trajectory_sequences and episode_ids is not None:
+            groups = [int(episode_ids[i]) for i in kept]
+            if len(set(groups)) == len(groups):
+                groups = None  # one turn per episode: the turn is the trajectory, the usual plan serves
         t_start = time.perf_counter()
         self.model.train()
         batch = collate(turns, self.pad_id, self.topk)
+        if groups is not None:
+            batch.sequence_ids = torch.tensor(groups, dtype=torch.long)  # [B]
         lengths = [len(t.prompt_ids) + len(t.response_ids) for t in turns]
         recompute_s = 0.0
         if needs_pi_old(self.trust_region, cfg.mu_source):
@@ -102,14 +116,14 @@ class Learner:
                                                 device=self.device, logits_chunk_tokens=cfg.logits_chunk_tokens)
             use_mu_source(batch, cfg.mu_source)
             recompute_s = time.perf_counter() - t0
-        order = list(range(len(turns)))
+        order = list(range(len(turns) if groups is None else len(set(groups))))
 
         def permutation(n: int) -> list[int]:  # each epoch reshuffles the previous order (seeded)
             rng.shuffle(order)
             return list(order)
 
         plan = plan_steps(len(turns), epochs=cfg.num_ppo_epochs, step_rows=cfg.mini_batch_size,
-                          micro_rows=cfg.micro_batch_size, permutation=permutation, lengths=lengths)
+                          micro_rows=cfg.micro_batch_size, permutation=permutation, lengths=lengths, groups=groups)
         self.optimizer.zero_grad(set_to_none=True)
         out = run_update(self.model, batch, plan, self.trust_region, _TorchOptimizerHooks(self.optimizer, cfg.max_grad_norm),
                          device=self.device, aggregation=cfg.aggregation, constant_length=cfg.constant_length,

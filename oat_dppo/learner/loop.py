@@ -51,13 +51,22 @@ def plan_steps(
     micro_rows: int,
     permutation: Callable[[int], Sequence[int]],
     lengths: Sequence[int] | None = None,
+    groups: Sequence[int] | None = None,
 ) -> list[StepPlan]:
     """Optimizer steps (each a list of micro-batches of row indices) for `epochs` passes over `n_rows`.
 
     `permutation(n)` gives each epoch's row order. With `lengths`, a step's rows are sorted by length
     before they are cut into micro-batches (stable: ties keep the permutation's order), which keeps
     padding, i.e. wasted compute, small.
+
+    `groups` (one id per row, e.g. its episode): rows of a group stay together in one micro-batch, so
+    that a strategy deciding per episode sees the whole episode. Groups are permuted instead of rows;
+    a step takes whole groups until it holds `step_rows` rows or more, and its micro-batches whole
+    groups up to `micro_rows` rows (a larger group alone).
     """
+    if groups is not None:
+        return _plan_grouped_steps(groups, epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
+                                   permutation=permutation, lengths=lengths)
     plan: list[StepPlan] = []
     for _ in range(epochs):
         order = list(permutation(n_rows))
@@ -67,6 +76,38 @@ def plan_steps(
                 rows = sorted(rows, key=lambda i: lengths[i])
             plan.append([rows[i : i + micro_rows] for i in range(0, len(rows), micro_rows)])
     return plan
+
+
+def _plan_grouped_steps(groups, *, epochs, step_rows, micro_rows, permutation, lengths) -> list[StepPlan]:
+    members: dict[int, list[int]] = {}
+    for row, group in enumerate(groups):
+        members.setdefault(int(group), []).append(row)
+    units = list(members.values())  # [G] rows of each group, in row order
+    plan: list[StepPlan] = []
+    for _ in range(epochs):
+        order = [units[g] for g in permutation(len(units))]
+        for step in _pack(order, step_rows):
+            if lengths is not None:
+                step = sorted(step, key=lambda rows: max(lengths[i] for i in rows))
+            plan.append([[r for rows in micro for r in rows] for micro in _pack(step, micro_rows, at_most=True)])
+    return plan
+
+
+def _pack(units: list[list[int]], rows: int, at_most: bool = False) -> list[list[list[int]]]:
+    """Consecutive units into bins: each bin closes once it holds >= `rows` rows, or (`at_most`) before
+    a unit would take it past `rows` (a unit larger than `rows` gets a bin of its own)."""
+    bins: list[list[list[int]]] = [[]]
+    size = 0
+    for unit in units:
+        if at_most and bins[-1] and size + len(unit) > rows:
+            bins.append([])
+            size = 0
+        bins[-1].append(unit)
+        size += len(unit)
+        if not at_most and size >= rows:
+            bins.append([])
+            size = 0
+    return [b for b in bins if b]
 
 
 def chunks(rows: Sequence[int], size: int) -> list[list[int]]:

@@ -43,6 +43,7 @@ def trust_region_loss(
             topk_logp=pol.topk_logp,
             topk_valid=batch.topk_valid,
             topk_other_logp=pol.topk_other_logp,
+            sequence_ids=None if batch.sequence_ids is None else batch.sequence_ids[:, None].expand_as(batch.response_mask),
         )
     )
     loss = aggregate(out.loss_terms, batch.response_mask, aggregation, constant_length=constant_length,

@@ -15,6 +15,12 @@ Sequence-level:
 
 Every boundary is kept: a value exactly at a threshold is inside the trust region (each source
 masks with a strict > or <).
+
+What a sequence is (`sequence`, for tis/mis at sequence or geometric level and trm): "trajectory" (the
+default) is the whole episode, every turn's response tokens together, as the sources mean it: their
+sequence is the model's whole response to a task, which in a multi-turn episode spans its turns
+(verl and slime train an agent's turns as one response with the environment's tokens masked out).
+"turn" is each turn's response alone. Single-turn environments: the same thing.
 """
 
 from __future__ import annotations
@@ -104,6 +110,13 @@ class KPop(MaskedPolicyGradient):
 
 
 Level = Literal["token", "sequence", "geometric"]
+Sequence = Literal["trajectory", "turn"]
+
+
+def _check_sequence(sequence: str) -> str:
+    if sequence not in ("trajectory", "turn"):
+        raise ValueError(f"sequence must be 'trajectory' (the whole episode) or 'turn', got {sequence!r}")
+    return sequence
 
 
 def _sequence_log_ratio(p: PreparedBatch, level: Level) -> Tensor:
@@ -123,11 +136,17 @@ class TruncatedIS(MaskedPolicyGradient):
 
     name = "tis"
 
-    def __init__(self, *, level: Literal["token", "sequence"] = "token", C: float = 2.0):
+    def __init__(self, *, level: Literal["token", "sequence"] = "token", C: float = 2.0,
+                 sequence: Sequence = "trajectory"):
         super().__init__(C=C)
         if level not in ("token", "sequence"):
             raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
         self.level = level
+        self.sequence = _check_sequence(sequence)
+
+    @property
+    def trajectory_sequences(self) -> bool:
+        return self.level != "token" and self.sequence == "trajectory"
 
     def is_weight(self, p: PreparedBatch) -> Tensor:
         return _sequence_log_ratio(p, self.level).exp().clamp(max=self.C)
@@ -146,16 +165,21 @@ class MaskedIS(MaskedPolicyGradient):
     name = "mis"
 
     def __init__(self, *, level: Level = "token", threshold: float | None = None, low: float | None = None,
-                 veto: float = 0.0):
+                 veto: float = 0.0, sequence: Sequence = "trajectory"):
         if level not in ("token", "sequence", "geometric"):
             raise ValueError(f"level must be 'token', 'sequence' or 'geometric', got {level!r}")
         super().__init__()
         self.level = level
+        self.sequence = _check_sequence(sequence)
         self.threshold = _positive("threshold", threshold if threshold is not None else (1.001 if level == "geometric" else 2.0))
         self.low = _positive("low", low) if low is not None else 1.0 / self.threshold
         if self.low > self.threshold:
             raise ValueError(f"low ({self.low}) must be <= threshold ({self.threshold})")
         self.veto = _non_negative("veto", veto)
+
+    @property
+    def trajectory_sequences(self) -> bool:  # the veto reduces over the sequence at any level
+        return (self.level != "token" or self.veto > 0) and self.sequence == "trajectory"
 
     def divergence(self, p: PreparedBatch) -> Tensor:
         return _sequence_log_ratio(p, self.level).abs()  # [B, T] |log ratio| tested, for the metrics
@@ -178,12 +202,18 @@ class TrustRegionMask(MaskedPolicyGradient):
 
     name = "trm"
 
-    def __init__(self, *, reduce: Literal["max", "mean"] = "max", delta: float = 0.05, C: float = math.inf):
+    def __init__(self, *, reduce: Literal["max", "mean"] = "max", delta: float = 0.05, C: float = math.inf,
+                 sequence: Sequence = "trajectory"):
         super().__init__(C=C)
         if reduce not in ("max", "mean"):
             raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
         self.reduce = reduce
         self.delta = _non_negative("delta", delta)
+        self.sequence = _check_sequence(sequence)
+
+    @property
+    def trajectory_sequences(self) -> bool:
+        return self.sequence == "trajectory"
 
     def divergence(self, p: PreparedBatch) -> Tensor:
         return per_sequence(p.binary_kl, p.valid, p.sequence_ids, self.reduce)  # [B, T] the sequence's

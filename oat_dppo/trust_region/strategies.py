@@ -42,6 +42,8 @@ class MaskedPolicyGradient:
     #: strategies with True need the top-K inputs; `topk` is then the K to record at rollout.
     needs_topk: ClassVar[bool] = False
     supports_anchor: ClassVar[bool] = False
+    #: per-token strategies never reduce over a sequence (see `trust_region.contract`).
+    trajectory_sequences: bool = False
 
     def __init__(self, *, C: float = math.inf, anchor: Anchor = "behavior"):
         C = float(C)

@@ -384,9 +384,11 @@ class LocalTrainer:
             topk=self.learner.topk, generation_seed=derive_seed(cfg.seed, "gen", iteration),
         )
         assign_advantages(episodes, cfg.advantage, gamma=self.gamma)
-        turns = [t for e in episodes if e.error is None for t in e.turns]
+        played = [e for e in episodes if e.error is None]
+        turns = [t for e in played for t in e.turns]
+        episode_ids = [i for i, e in enumerate(played) for _ in e.turns]
         self._phase = "train"
-        train = self.learner.update(turns, random.Random(derive_seed(cfg.seed, "shuffle", iteration)))
+        train = self.learner.update(turns, random.Random(derive_seed(cfg.seed, "shuffle", iteration)), episode_ids)
         sync_s = self.sync_engine()  # before the next rollout or evaluation samples from the engine
         self._phase = "log"
         if len(turns) <= cfg.mini_batch_size and cfg.num_ppo_epochs == 1 and turns and not self._noted_one_step:

@@ -398,7 +398,13 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
     cfg = to_train_config(args)
     _config.validate(cfg)  # temperature 1 / top_p 1 / top_k -1, math data, ranges (same checks as local)
     _config.env_options(cfg)  # --env-option syntax and reserved names, before any node would trip on them
-    K = requirements(build_trust_region(cfg)).topk  # a bad strategy or parameter -> ConfigError
+    needs = requirements(build_trust_region(cfg))  # a bad strategy or parameter -> ConfigError
+    K = needs.topk
+    if needs.trajectory_sequences and get_preset(args.env).multi_turn:
+        # Oat's learner receives turns as separate samples, without the episode each came from.
+        raise ConfigError(f"--trust-region {args.trust_region} decides per sequence, and on --backend oat a "
+                          "multi-turn episode's turns arrive as separate samples: add --tr-param sequence=turn "
+                          "(each turn its own sequence), or use --backend local for whole-episode sequences")
     if args.vllm_max_logprobs is None:
         args.vllm_max_logprobs = max(20, K)
     elif K > args.vllm_max_logprobs:
