@@ -755,7 +755,9 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
              extra={i: {"train/kept_frac": 0.9, "train/prob_diff_mean": 0.002, "train/entropy": 1.0 - i / 10,
                         "train/mismatch_mean": 0.001 * i, "train/ratio_max": 1.0 + i % 3,
                         "rollout/well_formed_rate": [0.5, 0.0, 0.1, 0.9, 1.0][i],
-                        "rollout/feedback_follow_rate": [0.5, 0.5, 0.6, 0.8, 1.0][i]} for i in range(5)})
+                        "rollout/feedback_follow_rate": [0.5, 0.5, 0.6, 0.8, 1.0][i],
+                        **({"eval/reply_effect": [0.1, 0.6][i // 2 - 1], "eval/outcome_correct": [1.5, 2.5][i // 2 - 1]}
+                           if i in (2, 4) else {})} for i in range(5)})
     fake_run(vl.run_dir, 5, checkpoint=True, rewards=[0.1, 0.1, 0.3, 0.2, -0.1])
     code, _, err = run_cli(str(path), "--report")
     assert code == 0, err
@@ -775,7 +777,10 @@ def test_runs_csv_one_row_per_run_with_collapse_count(tmp_path):
     assert float(by["hf"]["well_formed_min"]) == 0.1 and by["vllm"]["well_formed_min"] == ""
     # GuessTheNumber-easy: 4 distinct guesses of 1..10 whatever the replies say; feedback use over the last 2
     assert float(by["hf"]["blind_success"]) == pytest.approx(0.4) == float(by["vllm"]["blind_success"])
-    assert float(by["hf"]["feedback_follow_final"]) == pytest.approx(0.9) and by["vllm"]["feedback_follow_final"] == ""
+    assert float(by["hf"]["hint_direction_agreement_final"]) == pytest.approx(0.9)
+    assert by["vllm"]["hint_direction_agreement_final"] == ""
+    assert (float(by["hf"]["eval_reply_effect"]), float(by["hf"]["eval_correct_per_episode"])) == (0.6, 2.5)  # the last
+    assert by["vllm"]["eval_reply_effect"] == ""
     assert by["hf"]["machine"] == "AMD EPYC (no native bf16), torch 2.13.0+cpu"
     assert by["vllm"]["machine"] == "not recorded"  # a config.json without _machine (runs before it existed)
     assert (tmp_path / "out" / "entropy.png").stat().st_size > 5000

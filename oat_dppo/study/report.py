@@ -120,6 +120,11 @@ class RunResult:
     # feedback use), over the final window, and the success no feedback-blind policy can beat.
     follows_final: float = math.nan
     blind_success: float = math.nan
+    # The last evaluation's eval/reply_effect (how much a reply moves the policy: 0 blind, 1 a reader;
+    # NaN where the env declares no counterfactual) and its correct placements per episode
+    # (eval/outcome_correct, Sudoku; NaN elsewhere).
+    reply_effect: float = math.nan
+    eval_correct: float = math.nan
     # Iterations whose rollout rewards had no spread (`zero_spread_iterations`; NaN where the run logged
     # no rollout/reward_std).
     zero_spread: float = math.nan
@@ -193,7 +198,14 @@ def run_result(run: RunSpec, table: MetricTable, threshold: float | None, final_
         well_formed_min=float(np.min(well_formed[final_window:])) if len(well_formed) > final_window else math.nan,
         follows_final=_mean(follows[-final_window:]),
         zero_spread=zero_spread_iterations(table.column(REWARD_STD)),
+        reply_effect=_last(table, "eval/reply_effect"),
+        eval_correct=_last(table, "eval/outcome_correct"),
     )
+
+
+def _last(table: MetricTable, key: str) -> float:
+    _, y = _finite(table, key)
+    return float(y[-1]) if len(y) else math.nan
 
 
 # ---- groups -------------------------------------------------------------------------------------
@@ -489,8 +501,8 @@ RUN_CSV_COLUMNS = ("name", "model", "env", "engine", "trust_region", "seed", "it
                    "min_reward", "collapsed_iterations", "kept_frac_mean", "prob_diff_mean", "entropy_min",
                    "eval_reward", "mismatch_mean", "entropy_final", "ratio_max", "machine", "final_response",
                    "final_response_share", "repeat_rate_final", "final_response_reward", "success_first",
-                   "success_final", "well_formed_min", "blind_success", "feedback_follow_final",
-                   "zero_spread_iterations")
+                   "success_final", "well_formed_min", "blind_success", "hint_direction_agreement_final",
+                   "zero_spread_iterations", "eval_reply_effect", "eval_correct_per_episode")
 
 
 def format_failure_floor(run: RunSpec) -> float:
@@ -517,7 +529,8 @@ def runs_csv_text(groups: Sequence[Group]) -> str:
                         num(res.ratio_max), res.machine, res.final_response, num(res.final_response_share),
                         num(res.repeat_rate), num(res.final_response_reward), num(res.success_first),
                         num(res.success_final), num(res.well_formed_min), num(res.blind_success),
-                        num(res.follows_final), num(res.zero_spread), *[g.extra[k] for k in extra_keys]])
+                        num(res.follows_final), num(res.zero_spread), num(res.reply_effect), num(res.eval_correct),
+                        *[g.extra[k] for k in extra_keys]])
     return buf.getvalue()
 
 
