@@ -32,6 +32,7 @@ from oat_dppo.agent import (  # noqa: E402
     combine_eval,  # noqa: E402
     play_episodes,
 )
+from oat_dppo.agent.reply_effect import Case, ModelMovePolicy, ScoredMovePolicy, reply_effect  # noqa: E402
 from oat_dppo.backends.oat.actor import DPPOActor  # noqa: E402
 from oat_dppo.backends.oat.args import DPPOArgs, finalize  # noqa: E402
 from oat_dppo.backends.oat.data import DPPOTransitionData  # noqa: E402
@@ -283,6 +284,29 @@ def test_actor_transitions_train_the_learner_end_to_end(tok, model):
     assert float(info["prob_diff_mean"]) < 1e-4  # mu from the stand-in "vLLM" == the learner's pi
     assert float(info["kept_frac"]) == 1.0
     assert any(float((p.detach() - before[n]).abs().max()) > 0 for n, p in policy.named_parameters())
+
+
+def test_actor_scores_the_reply_effect_with_vllms_prompt_logprobs(tok, model):
+    """The Oat actor's reply effect: vLLM's prompt log-probs of each move after the real and the changed
+    reply (here the stand-in's, from the same tiny model) give what the learner's model gives."""
+    args = dppo_args(env="smoke:hidden_digit", env_option=["guess=any_char"], response_prefix="", max_turns=4)
+    actor = make_actor(args, model, tok)
+    r = actor.evaluate_episodes(list(range(6)))
+    assert r["reply_effect_turns"] > 0 and -1.0 <= r["reply_effect"] <= 1.0
+    env = make_env("smoke:hidden_digit", seed=0, guess="any_char")
+    obs, _ = env.reset(seed=1)
+    obs, _, _, _, info = env.step("3")
+    cf = info["counterfactual"]
+    cases = [Case(actor.prompt.encode(obs)[0], actor.prompt.encode(cf["changed_observation"])[0], tuple(cf["moves"]),
+                  tuple(cf["favoured"]))]
+    vllm_policy = ScoredMovePolicy(lambda pairs: [sum(lp) for lp in actor._continuation_logprobs(pairs)], tok)
+    hf_policy = ModelMovePolicy(model, tok)
+    assert np.allclose(vllm_policy.move_probs([cases[0].prompt], cases[0].moves),
+                       hf_policy.move_probs([cases[0].prompt], cases[0].moves), rtol=1e-4, atol=1e-9)
+    assert reply_effect(vllm_policy, cases) == pytest.approx(reply_effect(hf_policy, cases), abs=1e-6)
+    both = combine_eval([r, {**r, "reply_effect": 1.0, "reply_effect_turns": 3 * r["reply_effect_turns"]}])
+    assert both["reply_effect"] == pytest.approx((r["reply_effect"] + 3.0) / 4)  # weighted by the turns scored
+    assert both["reply_effect_turns"] == 4 * r["reply_effect_turns"]
 
 
 def test_actor_evaluation_and_combination(tok, model):

@@ -12,7 +12,9 @@ from oat_dppo.agent.types import Episode
 SUCCESS_RETURN = 1.0 - 1e-6  # an episode "succeeds" when it collects the full reward of 1
 # What an evaluation reports (fixed keys: the Oat learner broadcasts them to every rank).
 EVAL_KEYS = ("episodes", "reward_mean", "success_rate", "turns_mean", "response_tokens_mean", "well_formed_rate",
-             "length_truncated_rate", "hint_direction_agreement")
+             "length_truncated_rate", "hint_direction_agreement", "reply_effect", "reply_effect_turns")
+# Averaged over the turns scored, not the episodes played.
+_PER_SCORED_TURN = {"reply_effect": "reply_effect_turns"}
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
@@ -73,13 +75,22 @@ def repeat_rate(episodes: Sequence[Episode]) -> float:
 
 
 def combine_eval(results: Sequence[dict]) -> dict[str, float]:
-    """Episode-weighted means of several evaluations' `EVAL_KEYS` (e.g. one per Oat actor)."""
+    """Several evaluations' `EVAL_KEYS` as one (e.g. one per Oat actor): counts summed, rates weighted by
+    episodes, the reply effect by the turns it scored."""
     total = sum(r.get("episodes", 0.0) for r in results)
     out = {k: math.nan for k in EVAL_KEYS}
     out["episodes"] = float(total)
+    counts = {"episodes", *_PER_SCORED_TURN.values()}
+    for k in counts - {"episodes"}:
+        vals = [r[k] for r in results if not math.isnan(r.get(k, math.nan))]
+        out[k] = float(sum(vals)) if vals else math.nan
     if total:
-        for k in EVAL_KEYS[1:]:
-            vals = [(r["episodes"], r[k]) for r in results if r.get("episodes") and not math.isnan(r.get(k, math.nan))]
+        for k in EVAL_KEYS:
+            if k in counts:
+                continue
+            weight = _PER_SCORED_TURN.get(k, "episodes")
+            vals = [(r[weight], r[k]) for r in results
+                    if r.get(weight) and not math.isnan(r.get(k, math.nan)) and not math.isnan(r[weight])]
             w = sum(n for n, _ in vals)
             out[k] = sum(n * v for n, v in vals) / w if w else math.nan
     return out

@@ -20,8 +20,9 @@ Games declare how their replies change as they declare feedback-follow: `changed
 -> str | None` and `reply_moves() -> moves` on the env (HiddenDigit, HigherLower), or `changed` /
 `moves(env)` on the preset's feedback probe (GEM's GuessTheNumber); the adapter puts the result in a
 step's info and the agent loop on the next `Turn.counterfactual`. Evaluations score it with the
-learner's model (`ModelMovePolicy`: teacher-forced log-probs, one extra forward pass over the
-evaluated turns, 2 prompts x |M| moves each).
+learner's model on the local backend (`ModelMovePolicy`: teacher-forced log-probs, one extra forward
+pass over the evaluated turns, 2 prompts x |M| moves each) and with the actor's vLLM on the Oat backend
+(its prompt log-probs: the policy as the engine samples it, synced to the learner's weights).
 """
 
 from __future__ import annotations
@@ -86,41 +87,65 @@ def cases_from_episodes(episodes: Sequence[Episode], encode: Callable[[str], str
     return out
 
 
-class ModelMovePolicy:
-    """p(m | x) from a causal LM by teacher forcing: exp of the summed log-probs of the move's tokens
-    after the prompt. A move is the action text the env reads: a response prefix pre-filled in the
-    prompt is taken off its front (a move that does not start with it gets weight 0)."""
+PairScorer = Callable[[Sequence[tuple[list[int], list[int]]]], Sequence[float]]
 
-    def __init__(self, model, tokenizer, response_prefix: str = "", batch_size: int = 8):
-        self.model, self.tokenizer = model, tokenizer
-        self.response_prefix, self.batch_size = response_prefix, batch_size
+
+class ScoredMovePolicy:
+    """p(m | x) by teacher forcing: exp of the summed log-probs of the move's tokens after the prompt,
+    from `score_pairs([(prompt ids, move ids), ...]) -> [sum of log p(move tokens | prompt), ...]`. A move
+    is the action text the env reads: a response prefix pre-filled in the prompt is taken off its front
+    (a move that does not start with it gets weight 0). Scorers: the learner's model
+    (`model_pair_scorer`, the local backend) or the actor's vLLM (prompt log-probs, the Oat backend)."""
+
+    def __init__(self, score_pairs: PairScorer, tokenizer, response_prefix: str = ""):
+        self.score_pairs, self.tokenizer, self.response_prefix = score_pairs, tokenizer, response_prefix
 
     def _ids(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def move_probs(self, prompts: Sequence[str], moves: Sequence[str]) -> np.ndarray:
-        import torch
-
         out = np.zeros((len(prompts), len(moves)))  # [P, M]
-        pairs = []  # (prompt index, move index, prompt ids, move ids)
+        where, pairs = [], []
+        prompt_ids = [self._ids(p) for p in prompts]
         for j, m in enumerate(moves):
             if not m.startswith(self.response_prefix) or len(m) == len(self.response_prefix):
                 continue
             move_ids = self._ids(m[len(self.response_prefix):])
-            for i, prompt in enumerate(prompts):
-                pairs.append((i, j, self._ids(prompt), move_ids))
-        device = next(self.model.parameters()).device
+            for i in range(len(prompts)):
+                where.append((i, j))
+                pairs.append((prompt_ids[i], move_ids))
+        for (i, j), logp in zip(where, self.score_pairs(pairs)):
+            out[i, j] = math.exp(float(logp))
+        return out
+
+
+def model_pair_scorer(model, batch_size: int = 8) -> PairScorer:
+    """Summed log-probs of each pair's move tokens after its prompt from a causal LM, `batch_size`
+    right-padded pairs per forward pass."""
+
+    def score(pairs):
+        import torch
+
+        device = next(model.parameters()).device
+        out = []
         with torch.inference_mode():
-            for start in range(0, len(pairs), self.batch_size):
-                chunk = pairs[start: start + self.batch_size]
-                width = max(len(p) + len(m) for _, _, p, m in chunk)
+            for start in range(0, len(pairs), batch_size):
+                chunk = pairs[start: start + batch_size]
+                width = max(len(p) + len(m) for p, m in chunk)
                 ids = torch.zeros((len(chunk), width), dtype=torch.long)  # [B, T], right-padded
                 mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                for b, (_, _, p, m) in enumerate(chunk):
+                for b, (p, m) in enumerate(chunk):
                     ids[b, : len(p) + len(m)] = torch.tensor(p + m)
                     mask[b, : len(p) + len(m)] = 1
-                logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits  # [B, T, V]
-                for b, (i, j, p, m) in enumerate(chunk):
+                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits  # [B, T, V]
+                for b, (p, m) in enumerate(chunk):
                     rows = logits[b, len(p) - 1: len(p) + len(m) - 1].float().log_softmax(-1)  # [len(m), V]
-                    out[i, j] = math.exp(float(rows[torch.arange(len(m)), torch.tensor(m, device=device)].sum()))
+                    out.append(float(rows[torch.arange(len(m)), torch.tensor(m, device=device)].sum()))
         return out
+
+    return score
+
+
+def ModelMovePolicy(model, tokenizer, response_prefix: str = "", batch_size: int = 8) -> ScoredMovePolicy:
+    """The learner's model as the scored policy (the local backend's evaluations)."""
+    return ScoredMovePolicy(model_pair_scorer(model, batch_size), tokenizer, response_prefix)

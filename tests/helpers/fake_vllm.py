@@ -97,12 +97,26 @@ class StandInLLM:
         return True
 
     @torch.no_grad()
+    def _prompt_logprobs(self, prompt, sp):
+        """vLLM's `prompt_logprobs`: None for the first token, then {token: Logprob} of each prompt token
+        given the ones before it (the sampled token only, as with prompt_logprobs=0)."""
+        if getattr(sp, "prompt_logprobs", None) is None:
+            return None
+        ids = list(prompt["prompt_token_ids"])
+        logp = self.model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)  # [T, V]
+        return [None] + [{t: Logprob(float(logp[k - 1, t]), int((logp[k - 1] > logp[k - 1, t]).sum()) + 1)}
+                         for k, t in enumerate(ids) if k > 0]
+
+    @torch.no_grad()
     def generate(self, prompts, sampling_params=None, lora_request=None, use_tqdm=True):
         self.calls += 1
         self.events.append(("generate", len(prompts)))
         outs = []
+        if not isinstance(sampling_params, (list, tuple)):
+            sampling_params = [sampling_params] * len(prompts)
         for i, (prompt, sp) in enumerate(zip(prompts, sampling_params)):
-            assert sp.logprobs is not None and sp.logprobs <= self.vllm_args.get("max_logprobs", 20)
+            top_k = sp.logprobs if sp.logprobs is not None else 0
+            assert top_k <= self.vllm_args.get("max_logprobs", 20)
             gen = torch.Generator().manual_seed(sp.seed if sp.seed is not None else i)
             ids = torch.tensor([prompt["prompt_token_ids"]])
             new, maps, finish, past = [], [], "length", None
@@ -111,7 +125,7 @@ class StandInLLM:
                 past = out.past_key_values
                 logp = out.logits[0, -1].float().log_softmax(-1)  # [V]
                 tok = int(torch.multinomial(logp.exp(), 1, generator=gen))
-                top_lp, top_ids = logp.topk(sp.logprobs)
+                top_lp, top_ids = logp.topk(top_k)
                 entry = {int(t): Logprob(float(lp), r + 1) for r, (t, lp) in enumerate(zip(top_ids, top_lp))}
                 if tok not in entry:
                     entry[tok] = Logprob(float(logp[tok]), int((logp > logp[tok]).sum()) + 1)
@@ -121,7 +135,7 @@ class StandInLLM:
                 if tok in (sp.stop_token_ids or []):
                     finish = "stop"
                     break
-            outs.append(RequestOutput(str(i), None, prompt["prompt_token_ids"], None,
+            outs.append(RequestOutput(str(i), None, prompt["prompt_token_ids"], self._prompt_logprobs(prompt, sp),
                                       [completion(new, maps, finish)], True))
         self.last_outputs = outs
         return outs

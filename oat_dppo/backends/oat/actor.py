@@ -29,6 +29,7 @@ from oat.algorithms.ppo import PPOActor
 from vllm.lora.request import LoRARequest
 
 from oat_dppo.agent import EVAL_KEYS, PromptFormat, assign_advantages, episode_metrics, play_episodes
+from oat_dppo.agent.reply_effect import ScoredMovePolicy, cases_from_episodes, reply_effect
 from oat_dppo.backends.oat import cpu
 from oat_dppo.backends.oat.args import to_train_config
 from oat_dppo.backends.oat.data import DPPOTransitionData, transition_from_turn
@@ -100,14 +101,21 @@ class DPPOActor(PPOActor):
         finally:
             self.generate_mode = False
 
+    def _continuation_logprobs(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[list[float]]:
+        """For each (prompt ids, continuation ids): log mu of each continuation token given what precedes
+        it, from vLLM's prompt log-probs (one generate call over all pairs)."""
+        if not pairs:
+            return []
+        params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+        outs = self.llm.generate([{"prompt_token_ids": list(p) + list(c)} for p, c in pairs], sampling_params=params,
+                                 use_tqdm=False)
+        return [[float(out.prompt_logprobs[len(p) + i][tok].logprob) for i, tok in enumerate(c)]
+                for out, (p, c) in zip(outs, pairs)]
+
     def sync_probe(self, prompt_ids: list[int], response_ids: list[int]) -> tuple[list[float], str]:
         """(log mu of each response token given the prompt, a digest of vLLM's weights): what the
         learner's --check-sync compares with its own log-probs around a weight sync."""
-        params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
-        out = self.llm.generate([{"prompt_token_ids": prompt_ids + response_ids}], sampling_params=params,
-                                use_tqdm=False)[0]
-        positions = range(len(prompt_ids), len(prompt_ids) + len(response_ids))
-        logps = [float(out.prompt_logprobs[i][tok].logprob) for i, tok in zip(positions, response_ids)]
+        logps = self._continuation_logprobs([(prompt_ids, response_ids)])[0]
         digests = self.llm.collective_rpc(_weights_checksum)
         return logps, "/".join(digests)
 
@@ -183,6 +191,11 @@ class DPPOActor(PPOActor):
             generation_seed=derive_seed(self.seed_base, "oat-eval", self.steps_done),
         )
         m = episode_metrics(episodes)
+        cases = cases_from_episodes(episodes, lambda obs: self.prompt.encode(obs)[0])
+        if cases:  # the env declares how its replies change: scored by this actor's vLLM (synced weights)
+            policy = ScoredMovePolicy(lambda pairs: [sum(lp) for lp in self._continuation_logprobs(pairs)],
+                                      self.tokenizer, args.response_prefix)
+            m.update(reply_effect=reply_effect(policy, cases), reply_effect_turns=float(len(cases)))
         return {k: float(m.get(k, math.nan)) for k in EVAL_KEYS}
 
 
