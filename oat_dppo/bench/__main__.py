@@ -23,6 +23,8 @@ BENCHMARKS = {
     "head": ("oat_dppo.bench.head", "the LM head in checkpointed blocks: peak memory and time"),
     "mismatch": ("oat_dppo.bench.mismatch", "|pi - mu| on the same tokens: engine and learner dtypes (HF copies on any "
                                             "machine, vLLM on a GPU)"),
+    "peers": ("oat_dppo.bench.peers", "one matched single-turn job beside TRL's GRPOTrainer and Oat's own PPO: "
+                                      "generation, learning, tokens/s and peak memory as ratios to TRL's"),
     "gpu": ("oat_dppo.bench.gpu", "one GPU: vLLM rollout, weight sync, learner, and the mismatch table"),
 }
 USAGE = "usage: python -m oat_dppo.bench {" + ",".join(BENCHMARKS) + "} [--help | options]"
