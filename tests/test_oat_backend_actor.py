@@ -316,3 +316,37 @@ def test_actor_evaluation_and_combination(tok, model):
     both = combine_eval([r, {"episodes": 1.0, **{k: 1.0 for k in r if k != "episodes"}}])
     assert both["episodes"] == 4.0
     assert both["success_rate"] == pytest.approx((3 * r["success_rate"] + 1.0) / 4)
+
+
+def test_actor_math_envs_step_from_a_thread():
+    """Oat calls the actor's `step` from a courier thread; GEM's math grader times out with SIGALRM
+    in-process, which only the main thread may set. The actor's envs grade in a subprocess instead
+    (every episode of `math:procedural` on `--backend oat` failed before)."""
+    import threading
+    from types import SimpleNamespace
+
+    from oat_dppo.components import build_envs
+    from oat_dppo.config import TrainConfig
+
+    cfg = TrainConfig(env="math:procedural", env_option=("tasks=basic_arithmetic", "max_digits=1", "answer=number"))
+    env = build_envs(DPPOActor._env_config(SimpleNamespace(cfg=cfg)), 1, for_eval=False)[0]
+    try:
+        env.reset(seed=0)
+        out: dict = {}
+
+        def step():
+            try:
+                out["reward"] = env.step("\\boxed{1}")[1]
+            except Exception as e:  # the assertion below names it
+                out["error"] = repr(e)
+
+        t = threading.Thread(target=step)
+        t.start()
+        t.join()
+        assert "error" not in out, out
+        assert out["reward"] in (0.0, 1.0)
+    finally:
+        env.close()
+    # a user's own choice stays
+    mine = TrainConfig(env="math:procedural", env_option=("use_mp=false",))
+    assert DPPOActor._env_config(SimpleNamespace(cfg=mine)).env_option == ("use_mp=false",)

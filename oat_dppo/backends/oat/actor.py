@@ -127,8 +127,21 @@ class DPPOActor(PPOActor):
         if len(pool) < n:
             for env in pool:
                 env.close()
-            pool[:] = build_envs(self.cfg, n, for_eval=for_eval)
+            pool[:] = build_envs(self._env_config(), n, for_eval=for_eval)
         return pool[:n]
+
+    def _env_config(self):
+        """The run's config, with GEM's math grader in a subprocess (`use_mp`) unless the user chose: Oat
+        calls `step` from a courier thread, where the in-process grader's SIGALRM timeout cannot be set
+        (every episode of a math env failed with "signal only works in main thread")."""
+        from dataclasses import replace
+
+        from oat_dppo.envs.presets import family_of
+
+        cfg = self.cfg
+        if family_of(cfg.env) in ("math", "eval") and not any(o.startswith("use_mp=") for o in cfg.env_option):
+            cfg = replace(cfg, env_option=(*cfg.env_option, "use_mp=true"))
+        return cfg
 
     # -- Oat's entry points ------------------------------------------------------------------------------
     def step(self, prompts: list[str], formatted_prompts: list[str], references: list[str] | None = None):
