@@ -40,6 +40,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -152,6 +153,7 @@ def run_local(cfg: Config, engine: str) -> dict:
                 trained = row["perf/train_tokens_per_s"] * row["time/train_s"]
                 steps.append(dict(generate=row["time/generate_s"], learn=row["time/train_s"],
                                   total=row["time/iteration_s"], gen_tokens=gen, trained_tokens=trained,
+                                  sequences=len(texts[-1]),
                                   reward=row.get("rollout/reward_mean", math.nan)))
                 print(f"bench peers: local-{engine} step {it}: {row['time/iteration_s']:.1f} s", file=sys.stderr,
                       flush=True)
@@ -257,7 +259,8 @@ def run_trl(cfg: Config) -> dict:
         total = marks["end"][i + 1] - marks["end"][i]
         gen_tok, prompt_tok = marks["tokens"][i]
         steps.append(dict(generate=marks["gen"][i], learn=total - marks["score"][i], total=total,
-                          gen_tokens=gen_tok, trained_tokens=gen_tok + prompt_tok, reward=math.nan))
+                          gen_tokens=gen_tok, trained_tokens=gen_tok + prompt_tok, sequences=len(marks["prompts"][i]),
+                          reward=math.nan))
     return dict(steps=steps, prompts=digest(marks["prompts"]), version=trl.__version__)
 
 
@@ -327,7 +330,15 @@ def _run_process(argv: list[str], log: Path | None = None) -> tuple[int, int]:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=f if log else sys.stderr.fileno(),
                                 stderr=subprocess.STDOUT if log else None)
         peak = TreePeak(proc.pid)
-        rc = proc.wait()
+        try:
+            rc = proc.wait()
+        finally:  # Ctrl-C or SIGTERM of the benchmark: no side left running (Oat's launcher stops its nodes)
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
     return rc, peak.stop()
 
 
@@ -356,7 +367,7 @@ def oat_steps(rows: list[dict]) -> list[dict]:
         gen = n * float(r.get("rollout/response_tokens_mean") or math.nan)
         steps.append(dict(generate=float(r["rollout/generate_time"]), learn=float(r["train/learn_batch_time"]),
                           total=float(r["misc/elapse"]) - start, gen_tokens=gen,
-                          trained_tokens=gen + n * float(r.get("rollout/prompt_tokens_mean") or math.nan),
+                          trained_tokens=gen + n * float(r.get("rollout/prompt_tokens_mean") or math.nan), sequences=n,
                           reward=float(r.get("rollout/reward_mean", math.nan))))
     return steps
 
@@ -400,7 +411,10 @@ def summarize(res: dict, warmup: int) -> dict:
     steps = res["steps"][warmup:]
     med = lambda k: statistics.median([s[k] for s in steps]) if steps else math.nan  # noqa: E731
     gen, learn = med("generate"), med("learn")
+    batch = sum(s.get("sequences", 0) for s in steps) / len(steps) if steps else 0
+    per_seq = lambda k: statistics.mean(s[k] for s in steps) / batch if batch else math.nan  # noqa: E731
     return dict(n=len(steps), generate=gen, learn=learn, total=med("total"),
+                prompt_len=per_seq("trained_tokens") - per_seq("gen_tokens"), completion_len=per_seq("gen_tokens"),
                 gen_tok_s=med("gen_tokens") / gen if gen else math.nan,
                 trained_tok_s=med("trained_tokens") / learn if learn else math.nan,
                 peak_mib=res.get("peak_kib", 0) / 1024, prompts=res.get("prompts", ""))
@@ -418,21 +432,23 @@ def format_tables(results: dict[str, dict | str], cfg: Config, load: tuple[float
     rows = {k: summarize(v, cfg.warmup) for k, v in results.items() if isinstance(v, dict)}
     ref = rows.get("trl")
     lines = [
-        f"Job: SmolLM2 float32, `{ENV}` ({', '.join(ENV_OPTIONS)}), prefix `{RESPONSE_PREFIX}`, {cfg.prompts} prompts x "
-        f"{cfg.samples} samples, <= {cfg.max_new_tokens} new tokens, one optimizer step per batch (micro-batch "
-        f"{cfg.micro_batch}), lr {cfg.learning_rate}, {cfg.threads} thread(s) per process; medians of {cfg.steps} "
-        f"steps after {cfg.warmup} warm-up.",
+        f"Job: SmolLM2 float32, `{ENV}` ({', '.join(ENV_OPTIONS)}), "
+        f"prefix `{RESPONSE_PREFIX}`, {cfg.prompts} prompts x {cfg.samples} samples, <= {cfg.max_new_tokens} new "
+        f"tokens, one optimizer step per batch (micro-batch {cfg.micro_batch}), lr {cfg.learning_rate}, "
+        f"{cfg.threads} thread(s) per process; medians of {cfg.steps} steps after {cfg.warmup} warm-up.",
         "",
-        "| side | steps | generation s | learning s | total s | generated tok/s | trained tok/s | peak RSS MiB |",
-        "|---|---|---|---|---|---|---|---|",
+        "| side | steps | generation s | learning s | total s | generated tok/s | trained tok/s | peak RSS MiB | "
+        "tokens/sequence |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for side in cfg.chosen():
         if side in rows:
             r = rows[side]
             lines.append(f"| {LABELS[side]} | {r['n']} | {r['generate']:.2f} | {r['learn']:.2f} | {r['total']:.2f} | "
-                         f"{r['gen_tok_s']:.1f} | {r['trained_tok_s']:.1f} | {r['peak_mib']:.0f} |")
+                         f"{r['gen_tok_s']:.1f} | {r['trained_tok_s']:.1f} | {r['peak_mib']:.0f} | "
+                         f"{r['prompt_len']:.1f} + {r['completion_len']:.1f} |")
         else:
-            lines.append(f"| {LABELS[side]} | {results.get(side, 'not run')} | | | | | | |")
+            lines.append(f"| {LABELS[side]} | {results.get(side, 'not run')} | | | | | | | |")
     if ref:
         lines += [
             "",
@@ -451,10 +467,11 @@ def format_tables(results: dict[str, dict | str], cfg: Config, load: tuple[float
             if side == "local-hf":
                 ok = speed >= TARGET_LOCAL_HF_VS_TRL
                 target = f">= {TARGET_LOCAL_HF_VS_TRL} ({'ok' if ok else 'MISSED'})"
-            lines.append(f"| {LABELS[side]} | {_ratio(ref['generate'], r['generate'])} | {_ratio(ref['learn'], r['learn'])} | "
-                         f"**{_ratio(ref['total'], r['total'])}** | {_ratio(r['gen_tok_s'], ref['gen_tok_s'])} | "
-                         f"{_ratio(r['trained_tok_s'], ref['trained_tok_s'])} | {_ratio(r['peak_mib'], ref['peak_mib'])} | "
-                         f"{target} |")
+            lines.append(f"| {LABELS[side]} | {_ratio(ref['generate'], r['generate'])} | "
+                         f"{_ratio(ref['learn'], r['learn'])} | **{_ratio(ref['total'], r['total'])}** | "
+                         f"{_ratio(r['gen_tok_s'], ref['gen_tok_s'])} | "
+                         f"{_ratio(r['trained_tok_s'], ref['trained_tok_s'])} | "
+                         f"{_ratio(r['peak_mib'], ref['peak_mib'])} | {target} |")
     oat = {k: rows[k] for k in ("oat-stock", "oat-pg_is", "oat-dppo_binary_tv") if k in rows}
     if "oat-stock" in oat:
         lines += ["", "`--backend oat` step / Oat's stock PPO step (target <= 1.15):", ""]
@@ -487,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
         if importlib.util.find_spec("trl") is None:
             return fail("the trl side needs TRL 1.16, which is not installed here: `make setup-peers` installs it "
                         "(or leave it out with --sides)")
+    # SIGTERM (a scheduler's stop) unwinds like Ctrl-C, so the running side is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load0 = os.getloadavg()[0]
     results: dict[str, dict | str] = {}
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as tmp_name:
