@@ -210,6 +210,14 @@ class TrainConfig:
     # ---- run ---------------------------------------------------------------------------------
     iterations: int = opt(20, "Training iterations (rollout + update).")
     seed: int = opt(0, "Run seed: model init (tiny models), episode seeds, sampling, shuffling.")
+    deterministic: bool = opt(
+        False,
+        "Local backend: pin what a seed can pin: torch's deterministic algorithms, every global generator "
+        "seeded; on a GPU also CUBLAS_WORKSPACE_CONFIG=:4096:8, cuDNN deterministic and, for --engine vllm on "
+        "compute capability >= 9.0, vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT=1, beta). Says at "
+        "start what it could not pin; an op with no deterministic kernel stops the run with one line. Its GPU "
+        "cost is not measured yet (docs/gpu.md).",
+    )
     run_dir: Optional[str] = opt(
         None,
         "Where the run writes config, metrics, episodes, events and checkpoints (default runs/<env>-<trust "

@@ -19,7 +19,7 @@ import tyro
 
 from oat_dppo.backends import oat as oat_backend  # cheap: Oat itself is imported by launch/main
 from oat_dppo.backends.oat.availability import missing, missing_packages, require
-from oat_dppo import precheck
+from oat_dppo import determinism, precheck
 from oat_dppo.cli import fail
 from oat_dppo.cli import parse as parse_cli
 from oat_dppo.config import Backend, ConfigError, TrainConfig, from_dict, validate
@@ -128,9 +128,10 @@ def run(cfg: TrainConfig) -> int:
     engine = cfg.engine if cfg.engine_dtype == cfg.dtype else f"{cfg.engine} in {cfg.engine_dtype}"
     print(f"building: backend local, engine {engine}, trust region {cfg.trust_region}, env {cfg.env}, "
           f"model {cfg.model}", file=sys.stderr)
-    trainer = LocalTrainer(cfg, path, resume=resume)
-    print(f"run dir: {path}", file=sys.stderr)  # only now: bad input stops the build, and leaves no directory
-    return trainer.run()
+    with determinism.one_line_errors(cfg.deterministic):  # an op with no deterministic kernel: one line
+        trainer = LocalTrainer(cfg, path, resume=resume)
+        print(f"run dir: {path}", file=sys.stderr)  # only now: bad input stops the build, and leaves no directory
+        return trainer.run()
 
 
 def main(argv: list[str] | None = None) -> int:

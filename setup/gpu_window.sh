@@ -6,10 +6,14 @@
 #
 #   1. oat      the Oat program on the GPU: setup/oat_gpu_window.sh SECONDS, once that kit exists (skipped until then)
 #   2. studies  in this order, sharing PARALLEL runs at once: gpu_decisive (its unfinished runs first),
-#               gpu_decisive_control (the float32 control), peers_gtn (the peers' pilot); finished runs
-#               are committed to docs/results/<study>/, the rest stop at the deadline
-#   3. speed    issue 39's comparison on the GPU: setup/speed_gpu_window.sh SECONDS, once it exists
-#   4. bench    `python -m oat_dppo.bench gpu`, one section at a time while BENCH_MIN_S seconds remain
+#               gpu_decisive_control (the float32 control); finished runs are committed to
+#               docs/results/<study>/, the rest stop at the deadline
+#   3. determinism  one seed, three runs (two --deterministic, one plain): where they part and the mode's
+#               cost (python -m oat_dppo.study.determinism, ~3 minutes, into docs/results/gpu_determinism/;
+#               skipped once its determinism.json says complete). DETERMINISM_FIRST=1 runs it before step 1.
+#   4. studies  peers_gtn (the peers' pilot), as in 2
+#   5. speed    issue 39's comparison on the GPU: setup/speed_gpu_window.sh SECONDS, once it exists
+#   6. bench    `python -m oat_dppo.bench gpu`, one section at a time while BENCH_MIN_S seconds remain
 #
 #   usage: setup/gpu_window.sh [SECONDS] [PARALLEL]     (defaults: 420 s, 6 runs at once)
 #          DRY_RUN=1 setup/gpu_window.sh                prints the order and each study's runs left; runs nothing
@@ -23,6 +27,9 @@ WINDOW=${WINDOW:-$(date -u +%F)}
 RESERVE=${RESERVE:-75}              # seconds kept back: a stopped study's runs get 60 s to end, then the packing
 STAGGER_S=${STAGGER_S:-30}          # between two studies' starts: the first one's vLLM engines size their caches
 BENCH_MIN_S=${BENCH_MIN_S:-240}
+DETERMINISM_S=${DETERMINISM_S:-180}        # the determinism step's budget (its three runs side by side)
+DETERMINISM_MIN_S=${DETERMINISM_MIN_S:-150}
+DETERMINISM_OUT=docs/results/gpu_determinism
 STUDIES=(gpu_decisive gpu_decisive_control peers_gtn)
 DRY=${DRY_RUN:-0}
 start=$(date +%s)
@@ -66,12 +73,12 @@ runs_left() {  # study -> runs not done (to resume + to start), from the study's
 # Rounds: the studies with runs left take PARALLEL slots in the order above (the decisive study's runs
 # first); a round ends when its studies do (or at the deadline), and the next one shares the slots again.
 # A study that made no progress in a round (its runs failed) gets no further round.
-studies() {
+studies() {  # study...: these studies, in this order
   declare -A ran=()  # study -> its runs left when it last started; "stuck" once a round left it there
   local round s n k free budget pids
   for round in 1 2 3 4; do
     free=$PARALLEL; pids=()
-    for s in "${STUDIES[@]}"; do
+    for s in "$@"; do
       [ "${ran[$s]:-}" = stuck ] && continue
       n=$(runs_left "$s")
       # a study the dry run cannot count (no project on $PY's path, a bad study file) is not "done"
@@ -102,6 +109,24 @@ studies() {
   done
 }
 
+# One seed, one run (issue 37, part 3): alone on the card, after the studies above have ended.
+determinism() {
+  local budget; budget=$(left)
+  [ -n "${DETERMINISM_TRIED:-}" ] && return  # once a window (DETERMINISM_FIRST=1 calls it twice)
+  DETERMINISM_TRIED=1
+  if grep -qs '"complete": true' "$DETERMINISM_OUT/determinism.json"; then
+    say "determinism: done ($DETERMINISM_OUT/determinism.json)"; return
+  fi
+  if [ "$budget" -lt "$DETERMINISM_MIN_S" ]; then say "determinism: skipped (${budget} s left)"; return; fi
+  [ "$budget" -gt "$DETERMINISM_S" ] && budget=$DETERMINISM_S
+  if [ "$DRY" = 1 ]; then say "determinism: would run 3 runs of one seed for up to ${budget} s"; return; fi
+  say "determinism: python -m oat_dppo.study.determinism --budget-s $budget"
+  timeout -s INT -k 60 $(( budget + 60 )) "$PY" -m oat_dppo.study.determinism --budget-s "$budget" \
+    --out "$DETERMINISM_OUT" --runs-dir runs/determinism > "$W/determinism.log" 2>&1
+  say "determinism: exit $?"
+  mkdir -p "$W/determinism" && cp runs/determinism/*.log "$W/determinism/" 2>/dev/null  # the runs' own logs
+}
+
 bench() {
   local section budget
   for section in rollout learner mismatch; do
@@ -116,8 +141,11 @@ bench() {
 }
 
 say "window $WINDOW: ${DEADLINE} s, ${PARALLEL} runs at once$([ "$DRY" = 1 ] && echo ' (dry run: nothing runs)')"
+[ "${DETERMINISM_FIRST:-0}" = 1 ] && determinism
 hook oat "$HOOKS/oat_gpu_window.sh"
-studies
+studies gpu_decisive gpu_decisive_control
+determinism
+studies peers_gtn
 hook speed "$HOOKS/speed_gpu_window.sh"
 bench
 [ "$DRY" = 1 ] && exit 0
@@ -128,6 +156,7 @@ done
 say "done after $(( $(date +%s) - start )) s"
 # $OUT returns at most 8 files: everything travels in one archive (setup/land_gpu_window.py unpacks it).
 paths=("$W")
+[ -d "$DETERMINISM_OUT" ] && paths+=("$DETERMINISM_OUT")
 for s in "${STUDIES[@]}"; do
   [ -d "docs/results/$s" ] && paths+=("docs/results/$s")
   [ -d "runs/studies/$s" ] && while IFS= read -r f; do paths+=("$f"); done < <(

@@ -10,6 +10,10 @@ What it writes (standard library only; nothing is written when a step would over
   same grid point run again in another window: a separate draw, not a repeat) is kept beside it in
   docs/results/gpu_window_<window>/<study>/<run>/, and the landing says so. If that place too holds
   other files, nothing is landed and the command exits 1.
+- a step's result folder (`STEP_RESULTS`: docs/results/gpu_determinism/, the determinism step's report and
+  its runs' config.json and metrics.jsonl) into the same place here, as one unit: left alone when the same
+  files are here, kept beside in docs/results/gpu_window_<window>/<folder>/ when other ones are (another
+  window's measurement), and nothing is landed when that place holds other files too.
 - docs/results/gpu_window_<window>.csv: the rollout reward (and well-formed rate) of every iteration of
   every run the window ran (the archive's runs/studies/<study>/<run>/metrics.jsonl, finished or stopped
   at the deadline): the window's record, which `python -m oat_dppo.study <file> --report` reads as the
@@ -36,6 +40,8 @@ import tempfile
 from pathlib import Path
 
 RUN_FILES = ("config.json", "metrics.jsonl", "responses.jsonl")
+#: Folders under docs/results/ that a window step writes whole (not a study's runs): landed as one unit.
+STEP_RESULTS = ("gpu_determinism",)
 CSV_COLUMNS = ("study", "trust_region", "seed", "iteration", "rollout_reward_mean", "rollout_well_formed_rate")
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}[A-Za-z0-9_.-]*$")
 
@@ -81,7 +87,13 @@ def finished_runs(unpacked: Path) -> list[Path]:
     """<study>/<run> paths (relative to docs/results) of the archive's committed runs."""
     base = unpacked / "docs" / "results"
     return sorted(p.relative_to(base) for p in base.glob("*/*")
-                  if (p / "config.json").is_file() and (p / "metrics.jsonl").is_file())
+                  if p.parent.name not in STEP_RESULTS and (p / "config.json").is_file()
+                  and (p / "metrics.jsonl").is_file())
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    """relative path -> content of every file under `folder`."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def same_run(a: Path, b: Path) -> bool:
@@ -136,6 +148,22 @@ def land(archive: Path, root: Path, window: str | None = None, out=sys.stdout) -
                 print(f"already here: {alt}", file=out)
             else:
                 problems.append(f"{rel}: both {dest} and {alt} hold other runs of it")
+        steps: list[tuple[Path, Path, str]] = []  # (from, to, what): step result folders, whole
+        for name in STEP_RESULTS:
+            src, dest = unpacked / "docs" / "results" / name, results / name
+            alt = results / f"gpu_window_{window}" / name
+            if not src.is_dir():
+                continue
+            if not dest.exists():
+                steps.append((src, dest, "landed"))
+            elif files_of(src) == files_of(dest):
+                print(f"already here: {dest}", file=out)
+            elif not alt.exists():
+                steps.append((src, alt, f"kept beside {dest}, which holds another window's result"))
+            elif files_of(src) == files_of(alt):
+                print(f"already here: {alt}", file=out)
+            else:
+                problems.append(f"{name}: both {dest} and {alt} hold other results")
         record, ran = window_csv(unpacked)
         csv_path = results / f"gpu_window_{window}.csv"
         if record and csv_path.exists() and csv_path.read_text() != record:
@@ -149,6 +177,9 @@ def land(archive: Path, root: Path, window: str | None = None, out=sys.stdout) -
                 if (src / f).is_file():
                     shutil.copyfile(src / f, dest / f)
             print(f"{what}: {dest} ({len(read_iterations(dest / 'metrics.jsonl'))} iterations)", file=out)
+        for src, dest, what in steps:
+            shutil.copytree(src, dest)
+            print(f"{what}: {dest} ({len(files_of(dest))} files)", file=out)
         if record:
             csv_path.parent.mkdir(parents=True, exist_ok=True)
             csv_path.write_text(record)

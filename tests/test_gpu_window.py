@@ -35,10 +35,19 @@ def _metrics(rewards: list[float]) -> str:
                    for i, r in enumerate(rewards))
 
 
-def fake_archive(path: Path, window: str | None, rewards: list[float], stopped: list[float] = (0.1, 0.2)) -> Path:
+def fake_archive(path: Path, window: str | None, rewards: list[float], stopped: list[float] = (0.1, 0.2),
+                 determinism: str | None = None) -> Path:
     """An archive of setup/gpu_window.sh's layout: one finished run committed under docs/results/, it and
-    one stopped run under runs/studies/, the window's stamp under runs/gpu_window/."""
+    one stopped run under runs/studies/, the window's stamp under runs/gpu_window/; with `determinism`
+    (its determinism.json), the determinism step's folder docs/results/gpu_determinism/ too."""
     files = {}
+    if determinism is not None:
+        d = "docs/results/gpu_determinism"
+        files[f"{d}/determinism.json"] = determinism
+        files[f"{d}/determinism.md"] = "# One seed, one run\n"
+        for name in ("det_a", "det_b", "plain"):  # runs of their own: not a study's, not in the window's csv
+            files[f"{d}/{name}/config.json"] = json.dumps({"trust_region": "pg_is", "seed": 1, "iterations": 2})
+            files[f"{d}/{name}/metrics.jsonl"] = _metrics([0.1, 0.2])
     for name, its, tr in ((RUN, rewards, "pg_is"), (STOPPED, list(stopped), "dppo_binary_tv")):
         cfg = json.dumps({"trust_region": tr, "seed": 3, "iterations": len(rewards)})
         files[f"runs/studies/gpu_decisive/{name}/config.json"] = cfg
@@ -108,6 +117,35 @@ def test_another_windows_draw_of_a_committed_run_is_kept_beside_it_or_refused(tm
     assert tree(root) == before
 
 
+def test_the_determinism_steps_result_lands_whole_and_another_windows_beside_it(tmp_path):
+    root = tmp_path / "checkout"
+    (root / "docs" / "results").mkdir(parents=True)
+    archive = fake_archive(tmp_path / "a.tar.gz", "2026-12-01", [0.1, 0.6, -0.1], determinism='{"complete": true}')
+    code, out, err = land(archive, root)
+    assert code == 0, err
+    step = root / "docs/results/gpu_determinism"
+    assert f"landed: {step} (8 files)" in out
+    assert sorted(str(p.relative_to(step)) for p in step.rglob("*") if p.is_file()) == [
+        "det_a/config.json", "det_a/metrics.jsonl", "det_b/config.json", "det_b/metrics.jsonl",
+        "determinism.json", "determinism.md", "plain/config.json", "plain/metrics.jsonl"]
+    rows = list(csv.DictReader(open(root / "docs/results/gpu_window_2026-12-01.csv")))
+    assert {r["study"] for r in rows} == {"gpu_decisive"}  # the step's runs are not a study's draws
+    before = tree(root / "docs")
+    code, out, _ = land(archive, root)
+    assert code == 0 and f"already here: {step}" in out and tree(root / "docs") == before
+    # Another window measured it again (the first was incomplete): kept beside, the first left as it is.
+    other = fake_archive(tmp_path / "b.tar.gz", "2026-12-02", [0.1, 0.6, -0.1], determinism='{"complete": false}')
+    code, out, err = land(other, root)
+    beside = root / "docs/results/gpu_window_2026-12-02/gpu_determinism"
+    assert code == 0 and f"kept beside {step}, which holds another window's result: {beside}" in out, err
+    assert (step / "determinism.json").read_text() == '{"complete": true}'
+    assert (beside / "determinism.json").read_text() == '{"complete": false}'
+    third = fake_archive(tmp_path / "c.tar.gz", "2026-12-02", [0.1, 0.6, -0.1], determinism='{"complete": 3}')
+    before = tree(root)
+    code, _, err = land(third, root)
+    assert code == 1 and "gpu_determinism: both" in err and tree(root) == before
+
+
 def test_the_window_comes_from_the_stamp_the_folder_or_the_command_line(tmp_path):
     root = tmp_path / "checkout"
     (root / "docs" / "results").mkdir(parents=True)
@@ -143,7 +181,28 @@ def test_the_window_script_parses_and_its_dry_run_keeps_the_order(tmp_path):
     assert proc.returncode == 0, proc.stderr
     steps = [line.split("] ", 1)[1] for line in proc.stdout.splitlines()]
     order = [next(i for i, s in enumerate(steps) if p in s) for p in  # the decisive study: runs left, or none
-             ("oat: would run", "gpu_decisive", "gpu_decisive_control", "peers_gtn", "speed: skipped",
-              "bench gpu --sections rollout")]
+             ("oat: would run", "gpu_decisive", "gpu_decisive_control", "determinism: would run", "peers_gtn",
+              "speed: skipped", "bench gpu --sections rollout")]
     assert order == sorted(order), steps
     assert not (tmp_path / "out" / "window.tar.gz").exists()  # a dry run packs nothing
+    assert 'paths+=("$DETERMINISM_OUT")' in script.read_text()  # its result travels in the archive
+    # Asked first, it runs before the Oat step, and once.
+    first = subprocess.run(["bash", str(script), "600", "6"], cwd=REPO, env=dict(env, DETERMINISM_FIRST="1"),
+                           capture_output=True, text=True)
+    steps = [line.split("] ", 1)[1] for line in first.stdout.splitlines()]
+    assert [s for s in steps if s.startswith("determinism")] == ["determinism: would run 3 runs of one seed for up "
+                                                                 "to 180 s"], steps
+    assert steps.index(next(s for s in steps if s.startswith("determinism"))) < steps.index(
+        next(s for s in steps if s.startswith("oat:")))
+
+
+def test_the_window_skips_the_determinism_step_once_its_result_is_complete(tmp_path):
+    script = REPO / "setup" / "gpu_window.sh"
+    checkout = tmp_path / "checkout"  # the script reads docs/results/gpu_determinism/ of the working directory
+    (checkout / "docs/results/gpu_determinism").mkdir(parents=True)
+    (checkout / "docs/results/gpu_determinism/determinism.json").write_text('{\n  "complete": true\n}\n')
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, OUT=str(tmp_path / "out"),
+               WINDOW_DIR=str(tmp_path / "w"), HOOKS=str(tmp_path / "none"), DETERMINISM_FIRST="1")
+    proc = subprocess.run(["bash", str(script), "600", "6"], cwd=checkout, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "determinism: done (docs/results/gpu_determinism/determinism.json)" in proc.stdout

@@ -30,6 +30,7 @@ from oat_dppo.components import (
     resolve_template,
 )
 from oat_dppo.cli import STOP_SIGNALS, python_command, stop_status
+from oat_dppo import determinism
 from oat_dppo.config import ConfigError, TrainConfig, to_dict
 from oat_dppo.engine import vllm as vllm_engine
 from oat_dppo.engine.base import pad_token_id, stop_token_ids
@@ -159,6 +160,11 @@ class LocalTrainer:
         self.device = resolve_device(cfg.device)
         cfg.engine = resolve_engine(cfg)
         cfg.engine_dtype = resolve_engine_dtype(cfg)
+        # --deterministic: before the model first uses CUDA and before build_engine imports vLLM
+        self.pinned = None
+        if cfg.deterministic:
+            self.pinned = determinism.prepare(seed=cfg.seed, device=self.device, engine=cfg.engine,
+                                              threads=cfg.threads)
         # Cheapest checks first: a bad strategy or env id fails before the model loads.
         self.trust_region = build_trust_region(cfg)
         self.envs = build_envs(cfg, cfg.episodes_per_iteration, for_eval=False)
@@ -173,6 +179,9 @@ class LocalTrainer:
         topk = requirements(self.trust_region).topk
         self.engine, self.weight_sync = build_engine(cfg, self.model, self.tokenizer, self.prompt, topk=topk,
                                                      scratch=self.scratch)
+        if self.pinned is not None:  # what --deterministic pinned, the engine's part included: one line
+            determinism.check_engine(self.pinned)
+            print(self.pinned.note(), file=self.out)
         note = vllm_engine.slow_bf16_note(cfg.engine_dtype) if cfg.engine == "vllm" else None
         if note:
             print(note, file=self.out)
@@ -217,6 +226,8 @@ class LocalTrainer:
         out.update(gamma=self.gamma, max_new_tokens=self.max_new_tokens, template=self.template)
         blind = self.envs[0].feedback_blind_success  # success above it needs the env's replies
         out["_feedback_blind_success"] = blind if math.isfinite(blind) else None  # "_": derived, not an option
+        if self.pinned is not None:
+            out["_deterministic_not_pinned"] = self.pinned.not_pinned
         out.update(provenance())
         return out
 

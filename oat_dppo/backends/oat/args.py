@@ -70,6 +70,8 @@ LOCAL_ONLY: dict[str, tuple[bool, str]] = {
     "trainable_layers": (True, "on Oat use --lora-rank (or full fine-tuning)"),
     "resume": (True, "Oat resumes DeepSpeed checkpoints with --resume-dir DIR"),
     "engine": (True, "Oat's actors always sample with vLLM"),
+    "deterministic": (True, "Oat's actors (vLLM 0.8.4, which has no batch-invariant kernels) and DeepSpeed "
+                            "learners run in processes Oat launches, and nothing here pins their kernels"),
 }
 #: Own options whose default differs here: None means "derive it from Oat's settings" (finalize).
 OWN_DEFAULTS: dict[str, Any] = {
