@@ -101,9 +101,9 @@ gpu-results:
 	PYTHON=$(PYTHON) setup/gpu_window.sh $(WINDOW_S)
 
 ARCHIVE ?=
-land-gpu:
+land-gpu: setup
 	@test -n "$(ARCHIVE)" || { echo "usage: make land-gpu ARCHIVE=path/window.tar.gz [WINDOW=YYYY-MM-DD]" >&2; exit 2; }
-	$(PYTHON) setup/land_gpu_window.py "$(ARCHIVE)" $(if $(WINDOW),--window $(WINDOW))
+	$(PY) setup/land_gpu_window.py "$(ARCHIVE)" $(if $(WINDOW),--window $(WINDOW))
 
 GPU_STUDIES = gpu_mismatch gpu_mismatch_math
 gpu-results-all:

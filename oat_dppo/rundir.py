@@ -114,6 +114,21 @@ def append_jsonl(path: Path, rows: Iterable[dict]) -> None:
         f.flush()
 
 
+def metrics_by_iteration(path: Path) -> dict[int, dict]:
+    """iteration -> its row of a metrics.jsonl (the last of an iteration logged twice, as a resumed run
+    does; a line cut short by a kill skipped); {} where the file is missing."""
+    rows: dict[int, dict] = {}
+    if not Path(path).is_file():
+        return rows
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+            rows[int(row["iteration"])] = row
+        except (ValueError, KeyError, TypeError):
+            continue
+    return rows
+
+
 class RunDir:
     def __init__(self, path: str | os.PathLike, *, create: bool = True):
         self.path = Path(path).expanduser()

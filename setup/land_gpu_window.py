@@ -39,6 +39,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from oat_dppo.rundir import metrics_by_iteration
+
 RUN_FILES = ("config.json", "metrics.jsonl", "responses.jsonl")
 #: Folders under docs/results/ that a window step writes whole (not a study's runs): landed as one unit.
 STEP_RESULTS = ("gpu_determinism",)
@@ -71,16 +73,7 @@ def unpack(archive: Path, into: Path) -> None:
         tar.extractall(into)
 
 
-def read_iterations(metrics: Path) -> dict[int, dict]:
-    """iteration -> its metrics (the last logging of an iteration logged twice; a line cut by a kill skipped)."""
-    rows: dict[int, dict] = {}
-    for line in metrics.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-            rows[int(row["iteration"])] = row
-        except (ValueError, KeyError, TypeError):
-            continue
-    return rows
+read_iterations = metrics_by_iteration  # iteration -> its metrics (oat_dppo.rundir)
 
 
 def finished_runs(unpacked: Path) -> list[Path]:

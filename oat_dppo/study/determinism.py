@@ -38,6 +38,7 @@ import tyro
 
 from oat_dppo.cli import fail, opt, parse
 from oat_dppo.config import ConfigError, assignments
+from oat_dppo.rundir import metrics_by_iteration
 from oat_dppo.study.spec import FIELDS, option_args, tomllib
 
 PROG = "python -m oat_dppo.study.determinism"
@@ -67,18 +68,7 @@ def is_timing(key: str) -> bool:
     return key.startswith(("time/", "perf/")) or key == "wall_time" or key.endswith("_s")
 
 
-def read_metrics(path: Path) -> dict[int, dict]:
-    """iteration -> its row (the last of an iteration logged twice; a line cut by a kill skipped)."""
-    rows: dict[int, dict] = {}
-    if not path.is_file():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-            rows[int(row["iteration"])] = row
-        except (ValueError, KeyError, TypeError):
-            continue
-    return rows
+read_metrics = metrics_by_iteration  # iteration -> its row of a run's metrics.jsonl
 
 
 def _same(a, b) -> bool:
