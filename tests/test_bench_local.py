@@ -64,7 +64,7 @@ def test_local_benchmark_comparison_only(keep_threads):
     assert table.count("\n|---") == 3 and table.count("| tiny-qwen3 | rg:arc_1d |") == 1
 
 
-@pytest.mark.parametrize("name", ["local", "oat", "trust-region", "head", "engine", "gpu"])
+@pytest.mark.parametrize("name", ["local", "oat", "trust-region", "head", "engine", "gpu", "peers"])
 def test_every_benchmark_explains_each_option_in_help(name, capsys):
     """One option per Config field, each with its help text and default."""
     import dataclasses

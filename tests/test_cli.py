@@ -24,7 +24,7 @@ ENTRY_POINTS = [
     ("oat_dppo.envs", []),
     ("oat_dppo.export", []),
     ("oat_dppo.bench", []),
-    *[("oat_dppo.bench", [name]) for name in ("trust-region", "engine", "local", "oat", "head", "gpu")],
+    *[("oat_dppo.bench", [name]) for name in ("trust-region", "engine", "local", "oat", "head", "gpu", "peers")],
 ]
 
 
@@ -68,7 +68,7 @@ def _option_helps(config: type) -> dict[str, str]:
 
 
 def _configs():
-    from oat_dppo.bench import engine, gpu, head, local, oat, trust_region
+    from oat_dppo.bench import engine, gpu, head, local, oat, peers, trust_region
     from oat_dppo.config import TrainConfig
     from oat_dppo.envs.__main__ import EnvsArgs
     from oat_dppo.export import ExportConfig
@@ -77,7 +77,7 @@ def _configs():
     from oat_dppo.study.cli import StudyArgs
 
     return [TrainConfig, StudyArgs, PlotArgs, LabArgs, EnvsArgs, ExportConfig, trust_region.Config, engine.Config,
-            local.Config, oat.Config, head.Config, gpu.Config]
+            local.Config, oat.Config, head.Config, gpu.Config, peers.Config]
 
 
 @pytest.mark.parametrize("config", _configs(), ids=lambda c: f"{c.__module__}.{c.__name__}")
