@@ -81,6 +81,7 @@ endef
 setup-peers: $(VENV)/.peers-installed
 
 $(VENV)/.peers-installed: $(VENV)/.installed pyproject.toml
+	@$(PY) -c "import sys; sys.exit(0 if sys.version_info >= (3, 11) else 'TRL 1.16 needs Python >= 3.11; $(VENV) has ' + sys.version.split()[0])"
 	$(PIP) install -q -c constraints/cpu.txt $$($(PY) -c "import tomllib; \
 	  print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['peers']))")
 	touch $@
