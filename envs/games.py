@@ -110,6 +110,7 @@ class SudokuFeedback:
     _MOVE = re.compile(r"you (?:tried to place|placed) (\d+) at R(\d+) C(\d+), which (is correct|is already filled"
                        r"|violates Sudoku rules|is out of bounds)")
     _ACTION = re.compile(r"\\boxed\{(\d+)\s(\d+)\s(\d+)\}")  # GEM's own pattern
+    _ROW = re.compile(r"^R(\d+)\s+(.*)$", re.MULTILINE)  # a board row as GEM renders it: "R1  .  4 |  2  ."
     _KINDS = {"is correct": "correct", "is already filled": "filled", "violates Sudoku rules": "violates",
               "is out of bounds": "out_of_bounds"}
     OUTCOMES = ("correct", "filled", "violates", "out_of_bounds", "malformed", "refuted")
@@ -163,6 +164,21 @@ class SudokuFeedback:
     def blind_success(self, env, max_turns: int) -> float:
         """Not defined: the board, not the reply, says which moves are possible (NaN)."""
         return math.nan
+
+    def board(self, text: str) -> list[list[int]]:
+        """The newest board `text` shows, as rows of digits (0 for '.'); [] where it shows none."""
+        rows: dict[int, list[int]] = {}
+        for found in self._ROW.finditer(text):  # a later board (history=concat) overwrites an earlier one
+            rows[int(found.group(1))] = [0 if x == "." else int(x) for x in found.group(2).replace("|", " ").split()]
+        return [rows[r] for r in sorted(rows)]
+
+    def example(self, text: str) -> str | None:
+        """A move for the prompt's `{example}` (`obs_suffix`): the first empty cell of the board `text`
+        shows, with the digit 1 whatever the solution. It names a cell the board already shows empty
+        and says nothing of the digit; None when the board has no empty cell."""
+        board = self.board(text)
+        empty = [(r + 1, c + 1) for r, row in enumerate(board) for c, cell in enumerate(row) if cell == 0]
+        return f"\\boxed{{{empty[0][0]} {empty[0][1]} 1}}" if empty else None
 
     def outcome(self, observation: str, reward: float) -> str | None:
         """The kind of reply: correct, filled, violates, out_of_bounds, malformed; at the turn limit GEM

@@ -131,3 +131,19 @@ def test_scripted_bounds_order_as_the_board_and_the_replies_allow():
     assert scores["random_move"]["filled"] > 1 and scores["random_empty"]["filled"] == 0
     assert scores["board_rules"]["reward"] == pytest.approx(1.0) == scores["oracle"]["reward"]
     assert scores["board_rules"]["solved"] == 1.0 and scores["random_empty"]["solved"] < 0.05
+
+
+def test_the_example_field_names_the_first_empty_cell_of_each_turns_board():
+    """`{example}` in obs_suffix: a move on the board's first empty cell with the digit 1, redrawn every
+    turn from the board shown (a placed digit moves it on); an env without examples refuses the field."""
+    env = make_env(ENV, seed=0, history="last", obs_suffix="\ne.g. {example}")
+    obs, _ = env.reset(seed=3)
+    board, solution = env.unwrapped.board, env.unwrapped.full_grid
+    r, c = _cells(board, filled=False)[0]
+    assert obs.endswith(f"e.g. \\boxed{{{r} {c} 1}}") and "{example}" not in obs
+    obs, reward, _, _, _ = env.step(f"\\boxed{{{r} {c} {solution[r - 1][c - 1]}}}")
+    assert reward > 0
+    r2, c2 = _cells(env.unwrapped.board, filled=False)[0]
+    assert (r2, c2) != (r, c) and obs.endswith(f"e.g. \\boxed{{{r2} {c2} 1}}")
+    with pytest.raises(ValueError, match="does not provide"):
+        make_env("smoke:digits", seed=0, obs_suffix="{example}")

@@ -58,6 +58,18 @@ def _reply_probe(inner: Any, preset: EnvPreset) -> tuple[Callable | None, Callab
     return probe.changed, lambda observation: probe.moves(inner, observation)
 
 
+EXAMPLE_FIELD = "{example}"  # in obs_suffix: replaced every turn by the env's example move, if it has one
+
+
+def _example_probe(inner: Any, preset: EnvPreset) -> Callable | None:
+    """move_example(observation text) -> an action text | None for `inner` (what `{example}` in
+    `obs_suffix` becomes): its own `move_example`, else the preset probe's `example`, else None."""
+    if callable(getattr(inner, "move_example", None)):
+        return inner.move_example
+    probe = load_object(preset.feedback_probe) if preset.feedback_probe else None
+    return getattr(probe, "example", None) if probe is not None else None
+
+
 def _outcome_probe(inner: Any, preset: EnvPreset) -> tuple[Callable | None, tuple[str, ...]]:
     """(reply_outcome(observation, reward) -> kind | None, every kind it can return) for `inner` (counted
     per episode in the `outcome_*` metrics, zeros included): its own `reply_outcome` and
@@ -144,6 +156,10 @@ class TextEnv:
         self._follows_feedback, self._blind_success = _feedback_probe(inner, preset)
         self._changed_reply, self._reply_moves = _reply_probe(inner, preset)
         self._reply_outcome, self._outcome_kinds = _outcome_probe(inner, preset)
+        self._move_example = _example_probe(inner, preset)
+        if EXAMPLE_FIELD in obs_suffix and self._move_example is None:
+            raise ValueError(f"obs_suffix uses {EXAMPLE_FIELD}, a move drawn from the observation, which {env_id} "
+                             "does not provide (game:Sudoku-* do)")
         # Also release on garbage collection / interpreter exit: an unclosed GEM math env's pool
         # otherwise prints "Exception ignored in Pool.__del__" at exit.
         self._finalizer = weakref.finalize(self, _release, inner)
@@ -274,7 +290,10 @@ class TextEnv:
                 parts += [_with_newline(o), _with_newline(a)]
             body = "".join(parts) + _with_newline(self._observations[-1])
         body = f"{info.get('prefix', '')}{body}{info.get('suffix', '')}"
-        return f"{self.obs_prefix}{body}{self.obs_suffix}"
+        suffix = self.obs_suffix
+        if EXAMPLE_FIELD in suffix:  # a move drawn from this turn's observation (Sudoku: an empty cell)
+            suffix = suffix.replace(EXAMPLE_FIELD, self._move_example(body) or "")
+        return f"{self.obs_prefix}{body}{suffix}"
 
     def _unpack_reset(self, result: Any, episode_seed: int) -> tuple[str, dict[str, Any]]:
         # gymnasium returns (obs, info); a bare observation is accepted too.

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -32,16 +31,7 @@ import numpy as np
 from oat_dppo.envs.registry import make_env
 from oat_dppo_envs.games import SUDOKU
 
-_ROW = re.compile(r"^R(\d+)\s+(.*)$", re.MULTILINE)
-
-
-def board_from_observation(observation: str) -> list[list[int]]:
-    """The newest board the observation shows, as rows of digits (0 for '.')."""
-    rows: dict[int, list[int]] = {}
-    for found in _ROW.finditer(observation):  # a later board (history=concat) overwrites an earlier one
-        cells = [0 if x == "." else int(x) for x in found.group(2).replace("|", " ").split()]
-        rows[int(found.group(1))] = cells
-    return [rows[r] for r in sorted(rows)]
+board_from_observation = SUDOKU.board  # the newest board an observation shows, rows of digits (0: '.')
 
 
 @dataclass
