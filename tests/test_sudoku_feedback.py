@@ -147,3 +147,11 @@ def test_the_example_field_names_the_first_empty_cell_of_each_turns_board():
     assert (r2, c2) != (r, c) and obs.endswith(f"e.g. \\boxed{{{r2} {c2} 1}}")
     with pytest.raises(ValueError, match="does not provide"):
         make_env("smoke:digits", seed=0, obs_suffix="{example}")
+
+
+def test_with_the_boards_example_only_a_reader_of_the_replies_passes_one_half():
+    """Copying `{example}` (first empty cell, digit 1) whatever the replies say stalls on the first cell
+    whose digit is not 1; moving to the next digit after "violates" (the newest reply only) passes 0.5."""
+    copier = play(ENV, POLICIES["example_copier"], boards=60)
+    reader = play(ENV, POLICIES["example_reader"], boards=60)
+    assert copier["reward"] < 0.3 < 0.5 < reader["reward"]

@@ -11,6 +11,10 @@ turn limit as a run):
 * `random_empty`: an empty cell of the shown board, a random digit. Reads the board, not the replies.
 * `reader_last`: as random_empty, never the move the newest reply refuted (what `history=last` shows).
 * `reader`: as random_empty, never a move any earlier reply of the episode refuted.
+* `example_copier`: the move `{example}` shows, whatever the replies say.
+* `example_reader`: the move `{example}` shows (the first empty cell, digit 1), the next digit after
+  the one the newest reply refuted there: what a prompt with the board's example makes easy, reading
+  only the newest reply.
 * `board_rules`: an empty cell and a digit its row, column and box do not hold yet (the board's rules,
   no reply read); the most constrained cell first.
 * `oracle`: the solution's digit for an empty cell (reads GEM's solution grid): the ceiling.
@@ -69,6 +73,15 @@ def _empty_move(board, refuted, rng, env):
     return rng.choice(allowed)
 
 
+def _example_move(board, refuted, rng, env):
+    empty = [(r + 1, c + 1) for r, row in enumerate(board) for c, cell in enumerate(row) if cell == 0]
+    if not empty:
+        return 1, 1, 1
+    r, c = empty[0]
+    tried = [d for (rr, cc, d) in refuted if (rr, cc) == (r, c)]  # memory "last": the newest reply's only
+    return r, c, (max(tried) % len(board)) + 1 if tried else 1
+
+
 def _rules_move(board, refuted, rng, env):
     n = len(board)
     box = int(round(n ** 0.5))
@@ -99,6 +112,8 @@ POLICIES = {
     "random_empty": Sudoku("random_empty", _empty_move),
     "reader_last": Sudoku("reader_last", _empty_move, memory="last"),
     "reader": Sudoku("reader", _empty_move, memory="all"),
+    "example_copier": Sudoku("example_copier", _example_move),
+    "example_reader": Sudoku("example_reader", _example_move, memory="last"),
     "board_rules": Sudoku("board_rules", _rules_move),
     "oracle": Sudoku("oracle", _oracle_move),
 }
