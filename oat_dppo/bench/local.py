@@ -178,9 +178,9 @@ def capture_update(learner) -> Any:
     seen: dict[str, list] = {"turns": [], "steps": []}
     update, run_update = learner.update, learner_mod.run_update
 
-    def update_spy(turns, rng):
+    def update_spy(turns, rng, *args, **kwargs):
         seen.update(turns=list(turns), steps=[])
-        return update(turns, rng)
+        return update(turns, rng, *args, **kwargs)
 
     def run_update_spy(model, batch, plan, *args, **kwargs):
         seen["steps"] = [[batch.rows(micro) for micro in step] for step in plan]
