@@ -318,8 +318,8 @@ def env_options(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def assignments(items: tuple[str, ...], flag: str, *, example: str) -> dict[str, Any]:
-    """NAME=VALUE items as {name: value} (values through `parse_param_value`); a malformed or
-    repeated name is a `ConfigError`."""
+    """NAME=VALUE items as {name: value} (values through `parse_param_value`; a text value keeps its
+    line breaks); a malformed or repeated name is a `ConfigError`."""
     out: dict[str, Any] = {}
     for item in items:
         name, sep, text = item.partition("=")
@@ -328,7 +328,9 @@ def assignments(items: tuple[str, ...], flag: str, *, example: str) -> dict[str,
             raise ConfigError(f"{flag} {item!r}: expected NAME=VALUE, e.g. {flag} {example}")
         if name in out:
             raise ConfigError(f"{flag} {item!r}: {name} is given twice")
-        out[name] = parse_param_value(text.strip())
+        value = parse_param_value(text.strip())
+        # A text keeps its line breaks (`obs_suffix=\nAnswer ...` starts a new line); spaces around it go.
+        out[name] = text.strip(" \t") if isinstance(value, str) else value
     return out
 
 

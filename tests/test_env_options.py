@@ -90,6 +90,9 @@ def test_gem_constructor_options_pass_and_misspellings_fail():
 def test_env_option_parsing():
     cfg = TrainConfig(env_option=("max_number=50", "operators=+,-", "allow_negation=false"))
     assert env_options(cfg) == {"max_number": 50, "operators": "+,-", "allow_negation": False}
+    # A text keeps its line breaks (a suffix on its own line); spaces around a value go.
+    spaced = TrainConfig(env_option=("obs_suffix=\nAnswer now.", "history= last ", "max_number= 7"))
+    assert env_options(spaced) == {"obs_suffix": "\nAnswer now.", "history": "last", "max_number": 7}
     for bad, message in [(("max_number",), "expected NAME=VALUE"), (("a=1", "a=2"), "a is given twice"),
                          (("max_turns=3",), "use --max-turns"), (("format_penalty=-1",), "use --format-penalty")]:
         with pytest.raises(ConfigError, match=message):

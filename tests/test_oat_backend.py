@@ -118,6 +118,22 @@ def test_a_local_command_line_parses_with_the_same_names():
     assert any("--threads" in n and "--progress" in n for n in notes)
 
 
+def test_repeated_options_add_up_as_on_the_local_backend():
+    """`--env-option` and `--tr-param` are repeatable on both backends. (Found by `bench peers`: on Oat only the
+    last `--env-option` survived, and `math:procedural` trained on GEM's default problems, not the asked ones.)"""
+    from oat_dppo.main import parse as local_parse
+
+    argv = ["--env", "math:procedural", "--env-option", "tasks=basic_arithmetic", "--env-option", "max_digits=1",
+            "--env-option", "answer=number", "--trust-region", "trm", "--tr-param", "delta=0.1", "--tr-param",
+            "sequence=turn"]
+    args, _ = resolve(*argv, "--gpus", "8", "--collocate")
+    assert args.env_option == ("tasks=basic_arithmetic", "max_digits=1", "answer=number")
+    assert args.tr_param == ("delta=0.1", "sequence=turn")
+    local = local_parse(argv)
+    assert (local.env_option, local.tr_param) == (args.env_option, args.tr_param)
+    assert A.to_train_config(args).env_option == local.env_option
+
+
 def test_oat_spellings_work_too():
     args, _ = resolve("--pretrain", "org/m", "--generate_max_length", "16", "--num_samples", "2",
                       "--train_batch_size", "32", "--trust_region", "ppo_clip", "--cliprange", "0.1", "--gpus", "8",

@@ -172,18 +172,25 @@ def _oat_base() -> tuple[type | None, str | None]:
         return None, f"oat-llm is not installed ({type(e).__name__}: {e})"
 
 
-def _bare(t: Any) -> tuple[Any, tuple[str, ...]]:
-    """(the type, its tyro aliases) of a possibly `Annotated[T, tyro.conf.arg(aliases=...)]` hint."""
+def _bare(t: Any) -> tuple[Any, tuple[str, ...], tuple[Any, ...]]:
+    """(the type, its tyro aliases, its other tyro markers) of a possibly annotated hint:
+    `Annotated[T, tyro.conf.arg(aliases=...), tyro.conf.UseAppendAction]` gives (T, aliases,
+    (UseAppendAction,)). The markers carry over: without UseAppendAction a repeated
+    `--env-option` keeps only its last value."""
     if typing.get_origin(t) is Annotated:
         aliases: tuple[str, ...] = ()
+        markers: tuple[Any, ...] = ()
         for meta in t.__metadata__:
-            aliases += tuple(getattr(meta, "aliases", None) or ())
-        return t.__origin__, aliases
-    return t, ()
+            if isinstance(meta, type(tyro.conf.arg())):
+                aliases += tuple(meta.aliases or ())
+            else:
+                markers += (meta,)
+        return t.__origin__, aliases, markers
+    return t, (), ()
 
 
-def _arg(t: Any, help: str, aliases: tuple[str, ...] = ()) -> Any:
-    return Annotated[t, tyro.conf.arg(help=help or None, aliases=tuple(dict.fromkeys(aliases)) or None)]
+def _arg(t: Any, help: str, aliases: tuple[str, ...] = (), markers: tuple[Any, ...] = ()) -> Any:
+    return Annotated[(t, tyro.conf.arg(help=help or None, aliases=tuple(dict.fromkeys(aliases)) or None), *markers)]
 
 
 def _help(f: dataclasses.Field) -> str:
@@ -204,7 +211,7 @@ def _build(base: type | None) -> type:
     for name, f in base_fields.items():
         if name not in aliases_of and name not in OAT_DEFAULTS:
             continue
-        t, old_aliases = _bare(base_hints[name])
+        t, old_aliases, markers = _bare(base_hints[name])
         typ, default, help_ = OAT_DEFAULTS.get(name, (None, dataclasses.MISSING, ""))
         help_ = help_ or _help(f)
         meta = {"help": help_}
@@ -213,12 +220,12 @@ def _build(base: type | None) -> type:
                 dataclasses.field(default_factory=f.default_factory, metadata=meta)
         else:
             field = dataclasses.field(default=default, metadata=meta)
-        spec.append((name, _arg(typ or t, help_, old_aliases + aliases_of.get(name, ())), field))
+        spec.append((name, _arg(typ or t, help_, old_aliases + aliases_of.get(name, ()), markers), field))
     # The local backend's options that Oat lacks.
     for f in dataclasses.fields(TrainConfig):
         if f.name in OAT_NAMES or f.name in base_fields:
             continue
-        t, aliases = _bare(train_hints[f.name])
+        t, aliases, markers = _bare(train_hints[f.name])
         default = OWN_DEFAULTS.get(f.name, f.default)
         if default is None and f.default is not None and typing.get_origin(t) is not typing.Union:
             t = Optional[t]
@@ -226,7 +233,8 @@ def _build(base: type | None) -> type:
         if f.name in LOCAL_ONLY:
             refused, why = LOCAL_ONLY[f.name]
             help_ = f"[local backend only: {'refused' if refused else 'ignored'} here: {why}] " + help_
-        spec.append((f.name, _arg(t, help_, aliases), dataclasses.field(default=default, metadata={"help": help_})))
+        spec.append((f.name, _arg(t, help_, aliases, markers),
+                     dataclasses.field(default=default, metadata={"help": help_})))
     for name, (typ, default) in OAT_ONLY_OWN.items():
         help_ = OWN_HELP[name]
         spec.append((name, _arg(typ, help_), dataclasses.field(default=default, metadata={"help": help_})))
