@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -342,16 +344,90 @@ def test_math_with_a_grader_process_steps_from_threads_and_closes(tmp_path):
 
     data = write_rows(tmp_path / "m.jsonl", MATH_ROWS[:1])
     before = set(multiprocessing.active_children())
-    env = make_env("math", seed=0, math_data=data, use_mp=True)
-    assert len(set(multiprocessing.active_children()) - before) == 1
-    env.reset()
+    envs = [make_env("math", seed=s, math_data=data, use_mp=True) for s in range(3)]
     rewards = []
-    worker = threading.Thread(target=lambda: rewards.append(env.step("\\boxed{5}")[1]))
-    worker.start()
-    worker.join(30)
-    assert rewards == [1.0]
-    env.close()
+
+    def play(env):
+        env.reset()
+        rewards.append(env.step("\\boxed{5}")[1])
+
+    for env in envs:
+        worker = threading.Thread(target=play, args=(env,))
+        worker.start()
+        worker.join(30)
+    assert rewards == [1.0, 1.0, 1.0]
+    assert len(set(multiprocessing.active_children()) - before) == 1  # one grader for all envs, not one each
+    envs[0].close()
+    envs[0].close()  # twice: still one share released
+    assert len(set(multiprocessing.active_children()) - before) == 1  # the other envs still grade there
+    for env in envs[1:]:
+        env.close()
     assert set(multiprocessing.active_children()) - before == set()
+
+
+def _slow_grade(answer, truth):
+    import time
+
+    time.sleep(30 if answer == "hang" else 0)
+    return answer == truth
+
+
+def test_a_grading_that_times_out_scores_0_and_the_next_one_gets_a_fresh_worker(tmp_path):
+    data = write_rows(tmp_path / "m.jsonl", MATH_ROWS[:1])
+    env = make_env("math", seed=0, math_data=data, use_mp=True)
+    inner = env.unwrapped
+    inner.check_correct = _slow_grade  # GEM grades check_correct(action, answer) in the worker
+    inner.answer = "5"
+    results = []
+
+    def play(action):
+        results.append(inner.step(action)[1])
+
+    for action in ("hang", "5"):
+        worker = threading.Thread(target=play, args=(action,))
+        worker.start()
+        worker.join(30)
+    assert results == [0, 1.0]  # without the new worker the second would wait behind the first and time out
+    env.close()
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie awaiting its reaper."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_the_grader_process_ends_with_the_process_that_made_it(tmp_path):
+    """A stopped actor leaves no grader behind (SIGKILL: no atexit, no finalizer runs)."""
+    import signal
+    import subprocess
+
+    data = write_rows(tmp_path / "m.jsonl", MATH_ROWS[:1])
+    code = (
+        "import sys, threading, time\n"
+        "from oat_dppo.envs import make_env\n"
+        "from oat_dppo.envs.grader_process import _GRADERS\n"
+        f"env = make_env('math', seed=0, math_data={str(data)!r}, use_mp=True)\n"
+        "env.reset()\n"
+        "t = threading.Thread(target=lambda: env.step('\\\\boxed{5}')); t.start(); t.join()\n"
+        "[g] = _GRADERS.values(); print(*g.worker_pids(), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        [grader] = [int(p) for p in child.stdout.readline().split()]
+        assert _alive(grader)
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(grader):
+            time.sleep(0.1)
+        if _alive(grader):
+            pytest.fail(f"grader {grader} outlived its parent")
+    finally:
+        child.kill()
 
 
 def test_procedural_math_offline_and_seeded():

@@ -7,7 +7,8 @@ answer checker: mathd normalisation, sympy, math_verify).
   (its dataset is defined in `oat_dppo_envs.math`).
 
 The grader runs in-process with a SIGALRM timeout by default (`use_mp=False`), which only works
-in the main thread; pass `use_mp=True` (one grader process per env) to step from threads.
+in the main thread; pass `use_mp=True` to step from threads: every such env of a process then grades
+in one shared worker process (`grader_process.shared_grader`), not GEM's one fork per env.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from oat_dppo.envs._gem import import_gem  # cheap: GEM itself is imported on the first call
 from oat_dppo.envs.errors import DatasetUnavailableError
+from oat_dppo.envs.grader_process import shared_grader
 
 logger = logging.getLogger(__name__)
 
@@ -187,12 +189,14 @@ def make_math_env(dataset: Any, *, data_seed: int, use_mp: bool = False, env_id:
     gem = import_gem()
     if env_id is not None:
         env = gem.make(env_id, dataset=dataset, question_key="problem", answer_key="answer",
-                       seed=data_seed, use_mp=use_mp, **kwargs)
+                       seed=data_seed, use_mp=False, **kwargs)
     else:
         from gem.envs.math_env import MathEnv  # GEM: imported just above, by import_gem
 
         env = MathEnv(dataset=dataset, question_key="problem", answer_key="answer", seed=data_seed,
-                      use_mp=use_mp, **kwargs)
+                      use_mp=False, **kwargs)
+    if use_mp:  # GEM's `_mp_step` path, over the process's one grader instead of a pool of its own
+        env.use_mp, env.mp_pool = True, shared_grader()
     if answer == "number":
         # MathEnv grades through `self.check_correct(action, answer)` (in-process and in its pool); a
         # partial of module-level functions pickles for the pool.
