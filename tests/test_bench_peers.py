@@ -50,6 +50,43 @@ def test_oat_rounds_are_read_once_each_with_their_wall_time():
     assert steps[1]["gen_tokens"] == 64 * 7 and steps[1]["trained_tokens"] == 64 * 48 and steps[1]["sequences"] == 64
 
 
+def test_stock_oat_rounds_use_its_actors_names_and_the_given_prompt_length():
+    """Oat's own actor logs `num_data` and `response_tok_len` (no prompt length): the same step, read alike."""
+    rows = [{"misc/policy_sgd_step": 1, "misc/elapse": 80.0, "train/learn_batch_time": 60.0,
+             "rollout/generate_time": 11.0, "rollout/num_data": 64, "rollout/response_tok_len": 7.5,
+             "rollout/rewards": 0.0}]
+    [step] = peers.oat_steps(rows, prompt_tokens=41.0)
+    assert (step["sequences"], step["gen_tokens"], step["trained_tokens"], step["reward"]) == (64, 480, 64 * 48.5, 0)
+
+
+def test_the_stock_program_gets_the_adapters_oat_settings_and_its_own_data(tmp_path):
+    import dataclasses
+
+    from oat_dppo.bench import oat_stock
+
+    @dataclasses.dataclass
+    class Adapter:  # stands for DPPOArgs: Oat's fields as resolved for the job, and one of the project's
+        pretrain: str = "m"
+        learning_rate: float = 1e-6
+        cliprange: object = None
+        trust_region: str = "pg_is"
+
+    @dataclasses.dataclass
+    class Script:  # stands for the script's ZeroMathArgs
+        pretrain: str = "hub/id"
+        learning_rate: float = 5e-7
+        cliprange: float = 0.2
+        prompt_template: str = "qwen_math"
+        max_train: str = "999999"
+
+    values = oat_stock.stock_values(Adapter(pretrain="/models/smollm2", learning_rate=2e-5), tmp_path / "train",
+                                    tmp_path / "eval", 64)
+    args = oat_stock.oat_arguments(Script, values)
+    assert (args.pretrain, args.learning_rate) == ("/models/smollm2", 2e-5)  # the adapter's Oat settings
+    assert args.cliprange == 0.2  # None on the adapter (its trust region's): Oat's own default
+    assert (args.prompt_template, args.max_train) == ("no", "64")  # the job's texts as they are, all of them
+
+
 def _result(gen: float, learn: float, prompts: str = "abc", peak_kib: int = 1024 * 1000) -> dict:
     step = dict(generate=gen, learn=learn, total=gen + learn + 1, gen_tokens=500, trained_tokens=3000, sequences=64,
                 cpu=(gen + learn) / 2)

