@@ -408,7 +408,7 @@ def run_oat_side(side: str, cfg: Config, tmp: Path) -> dict:
     run_dir = tmp / side
     log = tmp / f"{side}.log"
     rc, tree_kib = _run_process([str(_oat_python(cfg)), "-m", "oat_dppo.main",
-                                 *oat_argv(cfg, side.removeprefix("oat-"), run_dir)[2:]], log)
+                                 *oat_argv(cfg, side.removeprefix("oat-"), run_dir)], log)
     return dict(steps=oat_steps(_oat_rows(side, run_dir, log, rc)), prompts="", peak_kib=tree_kib)
 
 
