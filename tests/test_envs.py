@@ -344,7 +344,11 @@ def test_math_with_a_grader_process_steps_from_threads_and_closes(tmp_path):
 
     data = write_rows(tmp_path / "m.jsonl", MATH_ROWS[:1])
     before = set(multiprocessing.active_children())
-    envs = [make_env("math", seed=s, math_data=data, use_mp=True) for s in range(3)]
+    from datasets import Dataset
+
+    envs = [make_env("math", seed=s, math_data=data, use_mp=True) for s in range(2)]
+    # a GEM id built by gem.make itself (the user's dataset) grades there too
+    envs.append(make_env("eval:MATH500", seed=0, dataset=Dataset.from_list(MATH_ROWS[:1]), use_mp=True))
     rewards = []
 
     def play(env):

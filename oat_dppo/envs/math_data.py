@@ -178,6 +178,14 @@ def check_number_answer(model_answer: str, gt_answer: Any, *, grade: Any) -> boo
     return grade(model_answer, gt_answer)
 
 
+def with_shared_grader(env: Any, use_mp: bool) -> Any:
+    """`env` (a GEM MathEnv built with use_mp=False), grading through GEM's own `_mp_step` path over this
+    process's one grader (`grader_process`) when `use_mp`, instead of a process pool of its own."""
+    if use_mp:
+        env.use_mp, env.mp_pool = True, shared_grader()
+    return env
+
+
 def make_math_env(dataset: Any, *, data_seed: int, use_mp: bool = False, env_id: str | None = None,
                   answer: str = "any", **kwargs: Any) -> Any:
     """GEM's MathEnv over `dataset` (through `gem.make(env_id, dataset=...)` for a GEM id).
@@ -195,8 +203,7 @@ def make_math_env(dataset: Any, *, data_seed: int, use_mp: bool = False, env_id:
 
         env = MathEnv(dataset=dataset, question_key="problem", answer_key="answer", seed=data_seed,
                       use_mp=False, **kwargs)
-    if use_mp:  # GEM's `_mp_step` path, over the process's one grader instead of a pool of its own
-        env.use_mp, env.mp_pool = True, shared_grader()
+    with_shared_grader(env, use_mp)
     if answer == "number":
         # MathEnv grades through `self.check_correct(action, answer)` (in-process and in its pool); a
         # partial of module-level functions pickles for the pool.

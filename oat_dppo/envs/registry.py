@@ -22,7 +22,7 @@ from oat_dppo.envs.actions import ACTION_FORMATS
 from oat_dppo.envs.adapter import HISTORY_MODES, TextEnv
 from oat_dppo.envs.errors import DatasetUnavailableError, EnvOptionError, UnknownEnvError
 from oat_dppo.envs.imports import ImportPathError, load_object
-from oat_dppo.envs.math_data import MATH_DATA_HINT, load_math_file, make_math_env
+from oat_dppo.envs.math_data import MATH_DATA_HINT, load_math_file, make_math_env, with_shared_grader
 from oat_dppo.envs.presets import (
     LOCAL_MATH_ID,
     OWN_ENV_IDS,
@@ -135,9 +135,10 @@ def _make_gem_env(env_id: str, spec: Any, data_seed: int, kwargs: dict[str, Any]
     if "dataset_name" in spec.kwargs and "dataset" not in kwargs:
         return _make_hub_env(env_id, spec, data_seed, kwargs, math_options)
     if takes_math_data(env_id):
-        kwargs.setdefault("use_mp", math_options["use_mp"])
+        kwargs["use_mp"] = False  # grading off the main thread: the shared grader, not a pool per env
     _check_constructor_options(env_id, spec, kwargs)
-    return gem.make(env_id, seed=data_seed, **kwargs)
+    env = gem.make(env_id, seed=data_seed, **kwargs)
+    return with_shared_grader(env, math_options["use_mp"]) if takes_math_data(env_id) else env
 
 
 def _make_hub_env(env_id: str, spec: Any, data_seed: int, kwargs: dict[str, Any],
@@ -145,7 +146,7 @@ def _make_hub_env(env_id: str, spec: Any, data_seed: int, kwargs: dict[str, Any]
     name = spec.kwargs["dataset_name"]
     if takes_math_data(env_id):
         hint = MATH_DATA_HINT + f" (make_env({env_id!r}, seed=..., math_data=FILE) keeps this id)"
-        kwargs.setdefault("use_mp", math_options["use_mp"])
+        kwargs["use_mp"] = False  # as above: the shared grader, attached below
     else:
         hint = f"pass a local datasets.Dataset: make_env({env_id!r}, seed=..., dataset=...)"
 
@@ -160,11 +161,12 @@ def _make_hub_env(env_id: str, spec: Any, data_seed: int, kwargs: dict[str, Any]
         raise unavailable("the hub cannot be reached from this machine (no network? a copy already "
                           "in the local cache is used with HF_HUB_OFFLINE=1)")
     try:
-        return import_gem().make(env_id, seed=data_seed, **kwargs)
+        env = import_gem().make(env_id, seed=data_seed, **kwargs)
     except OSError as e:  # ConnectionError, OfflineModeIsEnabled, DatasetNotFoundError
         why = ("offline mode is on (HF_HUB_OFFLINE) and it is not in the local cache" if offline
                else f"loading it failed ({type(e).__name__}: {e})")
         raise unavailable(why) from e
+    return with_shared_grader(env, math_options["use_mp"]) if takes_math_data(env_id) else env
 
 
 def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
