@@ -384,8 +384,9 @@ def oat_steps(rows: list[dict], prompt_tokens: float = math.nan) -> list[dict]:
 
 
 def oat_argv(cfg: Config, trust_region: str, run_dir: Path) -> list[str]:
-    """The `--backend oat` job (one vLLM-CPU actor + one DeepSpeed learner); the stock side resolves the same."""
-    return ["--backend", "oat", "--gpus", "2", "--check-sync", "off", "--no-flash-attn", "--shm-size-mb", "200",
+    """The job's Oat options (one vLLM-CPU actor + one DeepSpeed learner): `oat_dppo.main --backend oat` runs
+    them, and the stock side resolves the same ones."""
+    return ["--gpus", "2", "--check-sync", "off", "--no-flash-attn", "--shm-size-mb", "200",
             *job_argv(cfg, trust_region), "--run-dir", str(run_dir)]
 
 
@@ -397,17 +398,16 @@ def _oat_python(cfg: Config) -> Path:
 
 
 def _oat_rows(side: str, run_dir: Path, log: Path, rc: int) -> list[dict]:
-    rows = [json.loads(line) for f in sorted(run_dir.glob("**/metrics.jsonl")) for line in f.read_text().splitlines()]
     if rc != 0:
         raise RuntimeError(f"side {side} exited {rc}; the last lines of its log:\n" +
                            "\n".join(log.read_text(errors="replace").splitlines()[-15:]))
-    return rows
+    return [json.loads(line) for f in sorted(run_dir.glob("**/metrics.jsonl")) for line in f.read_text().splitlines()]
 
 
 def run_oat_side(side: str, cfg: Config, tmp: Path) -> dict:
     run_dir = tmp / side
     log = tmp / f"{side}.log"
-    rc, tree_kib = _run_process([str(_oat_python(cfg)), "-m", "oat_dppo.main",
+    rc, tree_kib = _run_process([str(_oat_python(cfg)), "-m", "oat_dppo.main", "--backend", "oat",
                                  *oat_argv(cfg, side.removeprefix("oat-"), run_dir)], log)
     return dict(steps=oat_steps(_oat_rows(side, run_dir, log, rc)), prompts="", peak_kib=tree_kib)
 
@@ -420,7 +420,7 @@ def run_oat_stock(cfg: Config, tmp: Path) -> dict:
     texts, _ = step_prompts(cfg)
     run_dir = tmp / "oat-stock"
     job = tmp / "oat-stock.json"
-    job.write_text(json.dumps({"argv": oat_argv(cfg, "pg_is", run_dir)[2:], "prompts": texts}))
+    job.write_text(json.dumps({"argv": oat_argv(cfg, "pg_is", run_dir), "prompts": texts}))
     log = tmp / "oat-stock.log"
     rc, tree_kib = _run_process([str(python), "-m", "oat_dppo.bench.oat_stock", str(job)], log)
     tok = load_tokenizer(cfg.model)
