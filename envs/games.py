@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import re
 
 from .preset import DEFAULT_MAX_TURNS, GAME_PREFIX, EnvPreset
@@ -172,13 +173,15 @@ class SudokuFeedback:
             rows[int(found.group(1))] = [0 if x == "." else int(x) for x in found.group(2).replace("|", " ").split()]
         return [rows[r] for r in sorted(rows)]
 
-    def example(self, text: str) -> str | None:
+    def example(self, text: str, rng: random.Random | None = None) -> str | None:
         """A move for the prompt's `{example}` (`obs_suffix`): the first empty cell of the board `text`
-        shows, with the digit 1 whatever the solution. It names a cell the board already shows empty
-        and says nothing of the digit; None when the board has no empty cell."""
+        shows, with the digit 1 whatever the solution, or with a digit `rng` draws uniformly from the
+        board's range (`{random_example}`). It names a cell the board already shows empty and says
+        nothing of the right digit; None when the board has no empty cell."""
         board = self.board(text)
         empty = [(r + 1, c + 1) for r, row in enumerate(board) for c, cell in enumerate(row) if cell == 0]
-        return f"\\boxed{{{empty[0][0]} {empty[0][1]} 1}}" if empty else None
+        digit = rng.randint(1, len(board)) if rng is not None else 1
+        return f"\\boxed{{{empty[0][0]} {empty[0][1]} {digit}}}" if empty else None
 
     def outcome(self, observation: str, reward: float) -> str | None:
         """The kind of reply: correct, filled, violates, out_of_bounds, malformed; at the turn limit GEM

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 import threading
 import weakref
 from typing import Any, Callable
@@ -12,7 +13,7 @@ from oat_dppo_envs.preset import EnvPreset
 
 from oat_dppo.envs.actions import is_well_formed
 from oat_dppo.envs.errors import EnvResetError, EnvStepError
-from oat_dppo.envs.imports import load_object
+from oat_dppo.envs.imports import accepts_keyword as _accepts, load_object
 from oat_dppo.envs.seeding import PrivateGlobalRNG, draw_episode_seed, episode_seed_stream
 
 HISTORY_MODES = ("concat", "concat_with_action", "last")
@@ -59,6 +60,9 @@ def _reply_probe(inner: Any, preset: EnvPreset) -> tuple[Callable | None, Callab
 
 
 EXAMPLE_FIELD = "{example}"  # in obs_suffix: replaced every turn by the env's example move, if it has one
+# ... the same move with its free part (Sudoku: the digit) drawn at random, from the episode's seed and
+# the turn, so a run reproduces and a counterfactual prompt shows the same example as the real one.
+RANDOM_EXAMPLE_FIELD = "{random_example}"
 
 
 def _example_probe(inner: Any, preset: EnvPreset) -> Callable | None:
@@ -157,9 +161,13 @@ class TextEnv:
         self._changed_reply, self._reply_moves = _reply_probe(inner, preset)
         self._reply_outcome, self._outcome_kinds = _outcome_probe(inner, preset)
         self._move_example = _example_probe(inner, preset)
-        if EXAMPLE_FIELD in obs_suffix and self._move_example is None:
-            raise ValueError(f"obs_suffix uses {EXAMPLE_FIELD}, a move drawn from the observation, which {env_id} "
-                             "does not provide (game:Sudoku-* do)")
+        for field in (EXAMPLE_FIELD, RANDOM_EXAMPLE_FIELD):
+            if field in obs_suffix and (self._move_example is None or (
+                    field == RANDOM_EXAMPLE_FIELD and not _accepts(self._move_example, "rng"))):
+                raise ValueError(f"obs_suffix uses {field}, a move drawn from the observation"
+                                 f"{' at random' if field == RANDOM_EXAMPLE_FIELD else ''}, which {env_id} "
+                                 "does not provide (game:Sudoku-* do)")
+        self._episode_seed: int | None = None
         # Also release on garbage collection / interpreter exit: an unclosed GEM math env's pool
         # otherwise prints "Exception ignored in Pool.__del__" at exit.
         self._finalizer = weakref.finalize(self, _release, inner)
@@ -204,6 +212,7 @@ class TextEnv:
             obs, info = self._unpack_reset(result, episode_seed)
             self._turn = 0
             self._done = False
+            self._episode_seed = episode_seed
             self._observations = [obs]
             self._actions = []
             info = dict(info)
@@ -293,6 +302,9 @@ class TextEnv:
         suffix = self.obs_suffix
         if EXAMPLE_FIELD in suffix:  # a move drawn from this turn's observation (Sudoku: an empty cell)
             suffix = suffix.replace(EXAMPLE_FIELD, self._move_example(body) or "")
+        if RANDOM_EXAMPLE_FIELD in suffix:  # the same, its digit at random (seeded: episode and turn)
+            rng = random.Random(f"{self._episode_seed}:{self._turn}")
+            suffix = suffix.replace(RANDOM_EXAMPLE_FIELD, self._move_example(body, rng=rng) or "")
         return f"{self.obs_prefix}{body}{suffix}"
 
     def _unpack_reset(self, result: Any, episode_seed: int) -> tuple[str, dict[str, Any]]:

@@ -7,7 +7,8 @@ all use it without importing each other.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import inspect
+from typing import Any, Callable
 
 
 class ImportPathError(LookupError):
@@ -30,3 +31,12 @@ def load_object(path: str) -> Any:
             raise ImportPathError(f"module {module_name!r} has no attribute {attr_path!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
+    """Whether `fn` takes a keyword argument `name` (by name or through **kwargs)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)

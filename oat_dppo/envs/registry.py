@@ -22,6 +22,7 @@ from oat_dppo.envs.actions import ACTION_FORMATS
 from oat_dppo.envs.adapter import HISTORY_MODES, TextEnv
 from oat_dppo.envs.errors import DatasetUnavailableError, EnvOptionError, UnknownEnvError
 from oat_dppo.envs.imports import ImportPathError, load_object
+from oat_dppo.envs.imports import accepts_keyword as _accepts
 from oat_dppo.envs.math_data import MATH_DATA_HINT, load_math_file, make_math_env, with_shared_grader
 from oat_dppo.envs.presets import (
     LOCAL_MATH_ID,
@@ -50,14 +51,6 @@ def _unknown_env_error(env_id: str, reason: str | None = None) -> UnknownEnvErro
         f"{_LIST_HINT}; your own gymnasium-style text env can be given as 'package.module:Class'."
     )
     return UnknownEnvError(" ".join(lines))
-
-
-def _accepts(fn: Callable[..., Any], name: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # builtins without a signature
-        return False
-    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _check_constructor_options(env_id: str, spec: Any, kwargs: dict[str, Any]) -> None:

@@ -15,6 +15,10 @@ turn limit as a run):
 * `example_reader`: the move `{example}` shows (the first empty cell, digit 1), the next digit after
   the one the newest reply refuted there: what a prompt with the board's example makes easy, reading
   only the newest reply.
+* `random_example_copier`: the move `{random_example}` shows (the first empty cell, a digit drawn at
+  random every turn), whatever the replies say.
+* `random_example_reader`: the same, but the next digit after the newest refuted one where the shown
+  move is the one the newest reply refuted.
 * `board_rules`: an empty cell and a digit its row, column and box do not hold yet (the board's rules,
   no reply read); the most constrained cell first.
 * `oracle`: the solution's digit for an empty cell (reads GEM's solution grid): the ceiling.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -36,6 +41,8 @@ from oat_dppo.envs.registry import make_env
 from oat_dppo_envs.games import SUDOKU
 
 board_from_observation = SUDOKU.board  # the newest board an observation shows, rows of digits (0: '.')
+SHOWN_MOVE = re.compile(r"\\boxed\{(\d+) (\d+) (\d+)\}")
+RANDOM_EXAMPLE_SUFFIX = "\ne.g. {random_example}"
 
 
 @dataclass
@@ -43,8 +50,9 @@ class Sudoku:
     """A scripted policy: `act(observation, env) -> action`; `start()` at each episode."""
 
     name: str
-    choose: Callable[[list[list[int]], set, random.Random, object], tuple[int, int, int]]
+    choose: Callable[[list[list[int]], set, random.Random, object, str], tuple[int, int, int]]
     memory: str = "none"  # which refutations it avoids: none, last, all
+    obs_suffix: str = ""  # what the prompt adds to GEM's observation (the example the copiers read)
 
     def start(self) -> None:
         self._refuted: set[tuple[int, int, int]] = set()
@@ -57,23 +65,23 @@ class Sudoku:
         if refuted is not None and self.memory != "none":
             kind, r, c, d = refuted
             self._refuted |= {(r, c, x) for x in range(1, len(board) + 1)} if kind == "filled" else {(r, c, d)}
-        r, c, d = self.choose(board, self._refuted, rng, env)
+        r, c, d = self.choose(board, self._refuted, rng, env, observation)
         return f"\\boxed{{{r} {c} {d}}}"
 
 
-def _any_move(board, refuted, rng, env):
+def _any_move(board, refuted, rng, env, observation):
     n = len(board)
     return rng.randint(1, n), rng.randint(1, n), rng.randint(1, n)
 
 
-def _empty_move(board, refuted, rng, env):
+def _empty_move(board, refuted, rng, env, observation=""):
     n = len(board)
     moves = [(r + 1, c + 1, d) for r in range(n) for c in range(n) if board[r][c] == 0 for d in range(1, n + 1)]
     allowed = [m for m in moves if m not in refuted] or moves or [(1, 1, 1)]
     return rng.choice(allowed)
 
 
-def _example_move(board, refuted, rng, env):
+def _example_move(board, refuted, rng, env, observation):
     empty = [(r + 1, c + 1) for r, row in enumerate(board) for c, cell in enumerate(row) if cell == 0]
     if not empty:
         return 1, 1, 1
@@ -82,7 +90,15 @@ def _example_move(board, refuted, rng, env):
     return r, c, (max(tried) % len(board)) + 1 if tried else 1
 
 
-def _rules_move(board, refuted, rng, env):
+def _shown_example_move(board, refuted, rng, env, observation):
+    shown = SHOWN_MOVE.findall(observation)  # the prompt's example: the last move it writes out
+    if not shown:
+        return _empty_move(board, refuted, rng, env)
+    r, c, d = (int(x) for x in shown[-1])
+    return (r, c, d % len(board) + 1) if (r, c, d) in refuted else (r, c, d)
+
+
+def _rules_move(board, refuted, rng, env, observation):
     n = len(board)
     box = int(round(n ** 0.5))
 
@@ -94,13 +110,13 @@ def _rules_move(board, refuted, rng, env):
     options = {(r, c): allowed(r, c) for r in range(n) for c in range(n) if board[r][c] == 0}
     options = {cell: digits for cell, digits in options.items() if digits}
     if not options:
-        return _empty_move(board, refuted, rng, env)
+        return _empty_move(board, refuted, rng, env, observation)
     fewest = min(len(d) for d in options.values())
     r, c = rng.choice([cell for cell, digits in options.items() if len(digits) == fewest])
     return r + 1, c + 1, rng.choice(options[(r, c)])
 
 
-def _oracle_move(board, refuted, rng, env):
+def _oracle_move(board, refuted, rng, env, observation):
     solution = env.unwrapped.full_grid
     empty = [(r, c) for r in range(len(board)) for c in range(len(board)) if board[r][c] == 0]
     r, c = rng.choice(empty) if empty else (0, 0)
@@ -114,6 +130,9 @@ POLICIES = {
     "reader": Sudoku("reader", _empty_move, memory="all"),
     "example_copier": Sudoku("example_copier", _example_move),
     "example_reader": Sudoku("example_reader", _example_move, memory="last"),
+    "random_example_copier": Sudoku("random_example_copier", _shown_example_move, obs_suffix=RANDOM_EXAMPLE_SUFFIX),
+    "random_example_reader": Sudoku("random_example_reader", _shown_example_move, memory="last",
+                                    obs_suffix=RANDOM_EXAMPLE_SUFFIX),
     "board_rules": Sudoku("board_rules", _rules_move),
     "oracle": Sudoku("oracle", _oracle_move),
 }
@@ -122,7 +141,7 @@ POLICIES = {
 def play(env_id: str, policy: Sudoku, boards: int, seed: int = 0, for_eval: bool = True) -> dict[str, float]:
     """Mean reward, solved share and reply outcomes per episode of `policy` over `boards` boards (the
     held-out boards of a run with this seed when `for_eval`)."""
-    env = make_env(env_id, seed=seed, history="last", for_eval=for_eval)
+    env = make_env(env_id, seed=seed, history="last", obs_suffix=policy.obs_suffix, for_eval=for_eval)
     rng = random.Random(seed)
     returns, solved, outcomes = [], [], {k: [] for k in SUDOKU.OUTCOMES}
     try:
