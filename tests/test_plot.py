@@ -435,3 +435,16 @@ def test_success_panel_draws_the_feedback_blind_bound_where_runs_recorded_it(tmp
         flat = [line.get_ydata()[0] for line in ax.lines if len(set(line.get_ydata())) == 1 and line.get_linestyle() == ":"]
         assert flat == expected
         plt.close(fig)
+
+
+def test_labels_drop_the_run_name_fields_every_curve_shares():
+    """A study's run names share model, env and seed fields; the legend keeps what tells them apart."""
+    from oat_dppo.plot.data import _without_shared_fields
+
+    names = ["smollm2__game_X__dppo_binary_tv__lr-1e-4__s0", "smollm2__game_X__trm__lr-1e-4__s0",
+             "smollm2__game_X__dppo_binary_tv__group-4__s0"]
+    labels = [s.label for s in _without_shared_fields([Series(n, []) for n in names])]
+    assert labels == ["dppo_binary_tv__lr-1e-4", "trm__lr-1e-4", "dppo_binary_tv__group-4"]
+    assert [s.label for s in _without_shared_fields([Series("a__b", [])])] == ["a__b"]  # one curve: as is
+    same_but_last = [Series("x__y__1", []), Series("x__y__2", [])]
+    assert [s.label for s in _without_shared_fields(same_but_last)] == ["1", "2"]

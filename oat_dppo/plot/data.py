@@ -326,7 +326,24 @@ def group_runs(
             suffix = ", ".join(f"{k}={_fmt(cfg.get(k, '?'))}" for k in differing)
             out.append(Series(f"{label} [{suffix}]", part))
     out.sort(key=lambda s: s.label)
-    return out
+    return _without_shared_fields(out)
+
+
+def _without_shared_fields(series: list[Series], sep: str = "__") -> list[Series]:
+    """Labels without the `sep`-joined fields every label starts or ends with (a study's run names
+    share the model, env and seed fields): what tells the curves apart is what is left."""
+    fields = [s.label.split(sep) for s in series]
+    if len(series) < 2 or min(len(f) for f in fields) < 2:
+        return series
+    head = 0
+    while head < min(len(f) for f in fields) - 1 and len({f[head] for f in fields}) == 1:
+        head += 1
+    tail = 0
+    while tail < min(len(f) for f in fields) - head - 1 and len({f[-1 - tail] for f in fields}) == 1:
+        tail += 1
+    for s, f in zip(series, fields):
+        s.label = sep.join(f[head:len(f) - tail])
+    return series
 
 
 # ---- curves -------------------------------------------------------------------------------------

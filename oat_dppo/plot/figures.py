@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -18,6 +19,7 @@ from oat_dppo.plot.data import BandKind, Series, XAxis, aggregate
 from oat_dppo.plot.panels import Panel
 
 DPI = 120
+LEGEND_WIDTH = 90  # characters a legend line holds before it wraps
 
 
 def series_colors(n: int) -> list:
@@ -111,7 +113,8 @@ def _same_curve(x1: np.ndarray, y1: np.ndarray, x2: np.ndarray, y2: np.ndarray) 
 
 
 def _handles(series: Sequence[Series], colors: Sequence, which: Sequence[int], dashed: bool) -> list:
-    hs = [Line2D([], [], color=colors[i], lw=2, label=series[i].legend) for i in which]
+    hs = [Line2D([], [], color=colors[i], lw=2, label=textwrap.fill(series[i].legend, LEGEND_WIDTH))
+          for i in which]
     if dashed:
         hs.append(Line2D([], [], color="0.3", lw=1.4, ls="--", marker="o", ms=3.5, label="eval (dashed)"))
     return hs
@@ -123,11 +126,12 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def figure_legend(fig: Figure, handles: list) -> None:
-    """The figure's legend under its panels, in as many columns (up to 4) as the figure's width holds."""
-    longest = max((len(h.get_label()) for h in handles), default=1)
+def figure_legend(fig: Figure, handles: list, ncol: int | None = None) -> None:
+    """The figure's legend under its panels, in `ncol` columns, by default as many (up to 4) as the
+    figure's width holds."""
+    longest = max((len(line) for h in handles for line in h.get_label().splitlines()), default=1)
     entry_pt = 9 * 0.6 * longest + 36  # fontsize 9, ~0.6 em a character, plus the line sample and the gap
-    ncol = max(1, min(4, len(handles), int(fig.get_figwidth() * 72 // entry_pt)))
+    ncol = ncol or max(1, min(4, len(handles), int(fig.get_figwidth() * 72 // entry_pt)))
     try:  # matplotlib >= 3.7 with a constrained layout: outside the axes, no overlap
         fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=9, frameon=False)
     except (ValueError, TypeError):
@@ -153,14 +157,21 @@ def write_figures(
         x_scale, xlabel = 1.0, "iteration"
     written: list[Path] = []
 
+    long_labels = max((len(s.legend) for s in series), default=0) > 40  # a legend under the axes, not over the curves
+    legend_lines = sum(textwrap.fill(s.legend, LEGEND_WIDTH).count("\n") + 1 for s in series) + 1
     for panel in panels:
-        fig = Figure(figsize=(7.5, 4.8), layout="constrained")
+        height = 4.8 + (0.2 * legend_lines if long_labels else 0.0)
+        fig = Figure(figsize=(7.5 if not long_labels else 9.0, height), layout="constrained")
         ax = fig.add_subplot()
         drawn, dashed = draw_panel(ax, panel, series, colors, x, band, smooth, x_scale)
         ax.set_xlabel(xlabel)
         if title:
             fig.suptitle(title, fontsize=10)
-        ax.legend(handles=_handles(series, colors, drawn, dashed), fontsize=8, loc="best")
+        handles = _handles(series, colors, drawn, dashed)
+        if long_labels:
+            figure_legend(fig, handles, ncol=1)
+        else:
+            ax.legend(handles=handles, fontsize=8, loc="best")
         written.append(_save(fig, out_dir / f"{panel.name}.png"))
 
     n = len(panels)
