@@ -77,6 +77,11 @@ def arc_rows(question: str) -> tuple[list[tuple[list[str], list[str]]], list[str
     return [(i.split(), o.split()) for i, o in examples], (test.group(1).split() if test else [])
 
 
+def _last_example_output(question: str, rng: random.Random, env) -> str:
+    examples, _ = arc_rows(question)
+    return " ".join(examples[-1][1]) if examples else "0"
+
+
 def _oracle(question: str, rng: random.Random, env) -> str:
     return str(env.unwrapped.data["answer"])
 
@@ -93,7 +98,7 @@ POLICIES: dict[str, dict[str, Policy]] = {
     "rg:arc_1d": {
         "zeros": lambda q, rng, env: " ".join("0" for _ in arc_rows(q)[1]),
         "copy_input": lambda q, rng, env: " ".join(arc_rows(q)[1]),
-        "last_example_output": lambda q, rng, env: " ".join(arc_rows(q)[0][-1][1]) if arc_rows(q)[0] else "0",
+        "last_example_output": _last_example_output,
         "oracle": _oracle,
     },
 }

@@ -74,7 +74,7 @@ def _any_move(board, refuted, rng, env, observation):
     return rng.randint(1, n), rng.randint(1, n), rng.randint(1, n)
 
 
-def _empty_move(board, refuted, rng, env, observation=""):
+def _empty_move(board, refuted, rng, env, observation):
     n = len(board)
     moves = [(r + 1, c + 1, d) for r in range(n) for c in range(n) if board[r][c] == 0 for d in range(1, n + 1)]
     allowed = [m for m in moves if m not in refuted] or moves or [(1, 1, 1)]
@@ -93,7 +93,7 @@ def _example_move(board, refuted, rng, env, observation):
 def _shown_example_move(board, refuted, rng, env, observation):
     shown = SHOWN_MOVE.findall(observation)  # the prompt's example: the last move it writes out
     if not shown:
-        return _empty_move(board, refuted, rng, env)
+        return _empty_move(board, refuted, rng, env, observation)
     r, c, d = (int(x) for x in shown[-1])
     return (r, c, d % len(board) + 1) if (r, c, d) in refuted else (r, c, d)
 

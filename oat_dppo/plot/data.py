@@ -333,13 +333,14 @@ def _without_shared_fields(series: list[Series], sep: str = "__") -> list[Series
     """Labels without the `sep`-joined fields every label starts or ends with (a study's run names
     share the model, env and seed fields): what tells the curves apart is what is left."""
     fields = [s.label.split(sep) for s in series]
-    if len(series) < 2 or min(len(f) for f in fields) < 2:
+    shortest = min((len(f) for f in fields), default=0)
+    if len(series) < 2 or shortest < 2:
         return series
-    head = 0
-    while head < min(len(f) for f in fields) - 1 and len({f[head] for f in fields}) == 1:
+    head = 0  # at least one field of the shortest label stays
+    while head < shortest - 1 and len({f[head] for f in fields}) == 1:
         head += 1
     tail = 0
-    while tail < min(len(f) for f in fields) - head - 1 and len({f[-1 - tail] for f in fields}) == 1:
+    while tail < shortest - head - 1 and len({f[-1 - tail] for f in fields}) == 1:
         tail += 1
     for s, f in zip(series, fields):
         s.label = sep.join(f[head:len(f) - tail])
