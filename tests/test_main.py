@@ -324,3 +324,24 @@ def test_a_stop_signal_saves_and_the_run_resumes(tmp_path, capsys, sig):
     assert main(["--resume", str(run_dir), "--iterations", "1"]) == 0  # fewer than it has: nothing to do
     assert (f"nothing to do: {run_dir} has {done + 1} iterations, and --iterations is 1; raise --iterations above "
             f"{done + 1} to train longer") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("evaluation_due, said", [
+    (True, "SIGINT: finishing this update and its held-out evaluation (64 episodes), then saving a checkpoint"),
+    (False, "SIGINT: finishing this update, then saving a checkpoint"),
+])
+def test_a_stop_during_an_update_says_whether_an_evaluation_comes_first(evaluation_due, said):
+    """An update whose iteration ends with a held-out evaluation finishes both before the checkpoint (the
+    evaluation can take many minutes): the message says so; a second signal still stops at once."""
+    import io  # noqa: PLC0415
+
+    from oat_dppo.backends.local.trainer import Interrupted, LocalTrainer  # noqa: PLC0415
+
+    trainer = LocalTrainer.__new__(LocalTrainer)  # only the signal handler's state
+    trainer.out, trainer.eval_envs = io.StringIO(), [None] * 64
+    trainer._phase, trainer._evaluation_due, trainer._stop_requested, trainer._stop_signal = "train", evaluation_due, False, 0
+    trainer._on_signal(signal.SIGINT, None)
+    assert said in trainer.out.getvalue() and trainer._stop_requested
+    trainer._phase = "rollout"  # the evaluation, or the next rollout
+    with pytest.raises(Interrupted):
+        trainer._on_signal(signal.SIGINT, None)

@@ -210,6 +210,7 @@ class LocalTrainer:
         self.writer = None
         self._phase = "setup"
         self._stop_requested = False
+        self._evaluation_due = False  # this iteration ends with a held-out evaluation
         self._stop_signal = 0  # the signal that stopped the run (0: none, or Ctrl-C as KeyboardInterrupt)
         self._noted_one_step = False
 
@@ -293,7 +294,9 @@ class LocalTrainer:
         # An update, or the write of its metrics and checkpoint, is finished first.
         if self._phase in ("train", "save") and not self._stop_requested:
             self._stop_requested = True
-            print(f"\n{name}: finishing this update, then saving a checkpoint (again to abort now)", file=self.out)
+            then = (f" and its held-out evaluation ({len(self.eval_envs)} episodes)"
+                    if self._phase == "train" and self._evaluation_due else "")
+            print(f"\n{name}: finishing this update{then}, then saving a checkpoint (again to abort now)", file=self.out)
             return
         raise Interrupted(name)
 
@@ -327,8 +330,9 @@ class LocalTrainer:
             bar = self._progress_bar()
             t_run = time.perf_counter()
             for iteration in range(self.start_iteration, cfg.iterations):
+                self._evaluation_due = bool(cfg.eval_every and (iteration + 1) % cfg.eval_every == 0 and self.eval_envs)
                 row = self.train_iteration(iteration)
-                if cfg.eval_every and (iteration + 1) % cfg.eval_every == 0 and self.eval_envs:
+                if self._evaluation_due:
                     row.update(self.evaluate(iteration))
                 row["wall_time"] = time.perf_counter() - t_run
                 # Metrics, then checkpoint, as one step a signal cannot split. (A hard kill between
