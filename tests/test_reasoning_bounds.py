@@ -41,6 +41,9 @@ def test_acre_bounds_blind_labels_score_their_shares_and_reading_the_trials_near
     assert sum(shares) == pytest.approx(1.0)  # every question has exactly one of the three labels
     assert max(shares) < 0.6 and scores["random_label"] < 0.6
     assert scores["blicket_reader"] > 0.9 > max(shares)
+    # reasoning-gym's partial credit: an answer containing the label earns len(label) / len(answer)
+    assert scores["hedge_on_off"] == pytest.approx((2 * scores["always_on"] + 3 * scores["always_off"]) / 5)
+    assert scores["hedge_on_off"] < max(shares)
 
 
 def test_arc_1d_bounds_copying_scores_little_and_the_oracle_all():

@@ -4,8 +4,9 @@ read against, measured before any training (as `sudoku_bounds` does for Sudoku).
     python -m oat_dppo.envs.reasoning_bounds --env rg:acre --episodes 400
     python -m oat_dppo.envs.reasoning_bounds --env rg:arc_1d --episodes 400
 
-Both are single-turn: one question, one `\\boxed{...}` answer, reward 1 for a right answer (ACRE) or
-reasoning-gym's partial score (Arc1D). Each policy answers through the project's `make_env` (the same
+Both are single-turn: one question, one `\\boxed{...}` answer, scored by reasoning-gym: on ACRE 1 for
+the label exactly, len(label) / len(answer) for a longer answer that contains it, else 0; on Arc1D its
+own partial score. Each policy answers through the project's `make_env` (the same
 adapter, held-out seeds and scorer as a run's evaluation) and sees the question text only, except
 `oracle`, which reads the question's stored answer (the ceiling, and a check of the scorer).
 
@@ -13,6 +14,8 @@ ACRE (blicket detector: "on", "off" or "undetermined" for a new set of objects):
 
 * `always_on`, `always_off`, `always_undetermined`: one label whatever the question (blind).
 * `random_label`: one of the three at random (blind).
+* `hedge_on_off`: "onoff", which contains the two commonest labels and earns 2/5 or 3/5 of a right
+  answer (blind; the partial credit at its most useful).
 * `blicket_reader`: reads the listed experiments: an object seen in an "off" trial is not a blicket; an
   "on" trial with a single object not ruled out makes that object a blicket; then "on" if the new set
   holds a blicket, "off" if every object in it is ruled out, else "undetermined".
@@ -92,6 +95,7 @@ POLICIES: dict[str, dict[str, Policy]] = {
         "always_off": lambda q, rng, env: "off",
         "always_undetermined": lambda q, rng, env: "undetermined",
         "random_label": lambda q, rng, env: rng.choice(ACRE_LABELS),
+        "hedge_on_off": lambda q, rng, env: "onoff",
         "blicket_reader": blicket_reader,
         "oracle": _oracle,
     },
