@@ -19,7 +19,7 @@ EngineChoice = Literal["auto", "hf", "vllm"]
 EngineDtype = Literal["auto", "bfloat16", "float16", "float32"]
 LogTo = Literal["tensorboard", "wandb", "none"]
 Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_sum_constant_length"]
-AdvantageMode = Literal["batch_norm", "group", "group_norm"]
+AdvantageMode = Literal["batch_norm", "group", "group_norm", "group_episode"]
 Direction = Literal["low", "high", "both"]
 AnchorChoice = Literal["behavior", "recompute"]
 
@@ -200,7 +200,10 @@ class TrainConfig:
     advantage: AdvantageMode = opt(
         "batch_norm",
         "Advantages: batch-normalized returns (GEM's Oat examples), or a group baseline over episodes sharing "
-        "a start seed (group, group_norm).",
+        "a start seed: group (a turn's return-to-go minus the group's mean episode return), group_norm (the "
+        "same over the group's std), group_episode (every turn gets its episode's return minus the group's "
+        "mean: the paper's sequence-level advantage; over many turns group pushes the late turns of good "
+        "episodes down, docs/results.md).",
     )
     gamma: Optional[float] = opt(
         None,

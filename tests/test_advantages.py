@@ -83,6 +83,47 @@ def test_group_norm_divides_by_the_group_std_plus_eps():
     assert all(math.isfinite(x) for turns in got for x in turns), got
 
 
+def test_group_episode_credits_every_turn_with_its_episode_return():
+    """group_episode: A = G_0 - mean G_0 on every turn (the paper's R(y) - mean R with y a whole
+    trajectory). Seed 0: [0, 1] at gamma 1 has G_0 = 1, so both of its turns get 0.75 as in `group`
+    (its return-to-go is 1 at both turns); at gamma 0.5 G_0 = 0.5 and G_1 = 1: `group` gives the two
+    turns 0.5 - 0.125 and 1 - 0.125, `group_episode` 0.375 on both."""
+    batch = grpo_batch()
+    assign_advantages(batch, "group_episode")
+    assert advantages(batch) == [[0.75, 0.75], [-0.25], [0.0], [-0.25], [-0.25], [0.0], [0.0], [0.0]]
+    batch = grpo_batch()
+    assign_advantages(batch, "group_episode", gamma=0.5)
+    assert advantages(batch)[:2] == [[0.375, 0.375], [-0.125]]
+    assign_advantages(batch, "group", gamma=0.5)
+    assert advantages(batch)[:2] == [[0.375, 0.875], [-0.125]]
+
+
+def test_group_pushes_down_the_late_turns_of_the_best_episode_and_group_episode_does_not():
+    """The bias behind Sudoku's format collapse (docs/results.md): a good episode collects its reward
+    early (correct placements) and then plays on without reward, so its return-to-go G_t falls to 0
+    while `group`'s baseline is the group's mean G_0. The best episode's last 8 turns all get -baseline,
+    and the group's advantages sum below zero over its turns though the episode returns are centred:
+    most sampled moves, the best episode's included, are pushed down. `group_episode` gives every turn
+    of the best episode the same positive advantage; the turn-weighted sum is positive (the long
+    episodes are the good ones)."""
+    def group() -> list[Episode]:
+        return [episode(7, [0.1] * 4 + [0.0] * 8), episode(7, [0.1] * 2 + [0.0] * 6), episode(7, [-0.1]),
+                episode(7, [0.1, -0.1])]
+
+    batch = group()
+    assign_advantages(batch, "group", gamma=0.9)
+    best = advantages(batch)[0]
+    baseline = sum(e.turns[0].ret for e in batch) / 4
+    assert best[0] > 0 and best[4:] == [pytest.approx(-baseline, rel=1e-12)] * 8 and baseline > 0
+    assert sum(sum(a) for a in advantages(batch)) < 0
+    batch = group()
+    assign_advantages(batch, "group_episode", gamma=0.9)
+    best = advantages(batch)[0]
+    assert best == [pytest.approx(best[0], rel=1e-12)] * 12 and best[0] > 0
+    assert sum(sum(a) for a in advantages(batch)) > 0
+    assert sum(e.turns[0].advantage for e in batch) == pytest.approx(0.0, abs=1e-12)  # centred per episode
+
+
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="advantage mode must be one of"):
         assign_advantages([episode(0, [1.0])], "grpo")  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ import numpy as np
 
 from oat_dppo.agent.types import Episode
 
-AdvantageMode = Literal["batch_norm", "group", "group_norm"]
+AdvantageMode = Literal["batch_norm", "group", "group_norm", "group_episode"]
 ADVANTAGE_MODES: tuple[str, ...] = AdvantageMode.__args__  # type: ignore[attr-defined]
 
 
@@ -31,10 +31,19 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
                       eps: float = 1e-6) -> None:
     """Set `turn.ret` and `turn.advantage` on the trainable turns of `episodes` (in place).
 
-    batch_norm: (G_t - mean G) / std G over every turn of the batch (GEM's Oat examples).
-    group:      G_t - mean of the episode returns of the episodes that started from the same seed
-                (a GRPO baseline without std normalization, as the paper's eq. 23 runs use).
-    group_norm: the same, divided by the group's std of episode returns (GRPO proper).
+    batch_norm:    (G_t - mean G) / std G over every turn of the batch (GEM's Oat examples).
+    group:         G_t - mean of the episode returns G_0 of the episodes that started from the same seed
+                   (a GRPO baseline without std normalization, as the paper's eq. 23 runs use).
+    group_norm:    the same, divided by the group's std of episode returns (GRPO proper).
+    group_episode: G_0 - mean G_0 over the group, the same for every turn of an episode: the paper's
+                   sequence-level advantage R(y) - mean R (under eq. 9; Shao et al.) with a whole trajectory as y.
+
+    In a single-turn group all three group modes agree up to the scale (G_t = G_0). Over several turns,
+    `group` and `group_norm` compare a turn's return-to-go with the group's whole-episode return: both are
+    unbiased (the baseline does not depend on the action), but G_t shrinks along an episode that collects
+    reward as it goes, so the late turns of the group's best episodes get negative advantages whatever
+    they did (docs/results.md, "Why the format broke"). `group_episode` credits every turn with its
+    episode's outcome relative to its group.
     Episodes with an env error carry no turns to train and are ignored.
     """
     if mode not in ADVANTAGE_MODES:
@@ -59,6 +68,7 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
         returns = np.array([m.turns[0].ret for m in members], dtype=np.float64)  # G_0: episode returns
         baseline = returns.mean()
         scale = returns.std() + eps if mode == "group_norm" else 1.0
-        for m in members:
+        for m, episode_return in zip(members, returns):
             for t in m.turns:
-                t.advantage = float((t.ret - baseline) / scale)
+                credited = episode_return if mode == "group_episode" else t.ret  # G_0 or the return-to-go G_t
+                t.advantage = float((credited - baseline) / scale)
