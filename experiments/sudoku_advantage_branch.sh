@@ -11,6 +11,8 @@
 #
 #   usage: experiments/sudoku_advantage_branch.sh [OUT]     (default runs/sudoku_branch; ~35 min on 2 cores)
 #          MODES="group group_episode" (default) the branches; both run at once, one thread each
+#          SUMMARY_ONLY=1 experiments/sudoku_advantage_branch.sh docs/results/sudoku_advantage_branch
+#                                          the table again from the committed records (2026-11-28)
 set -eu
 OUT=${1:-runs/sudoku_branch}
 PY=${PYTHON:-.venv/bin/python}
