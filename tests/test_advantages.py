@@ -127,3 +127,11 @@ def test_group_pushes_down_the_late_turns_of_the_best_episode_and_group_episode_
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="advantage mode must be one of"):
         assign_advantages([episode(0, [1.0])], "grpo")  # type: ignore[arg-type]
+
+
+def test_the_command_line_offers_every_mode():
+    """config.py names the modes for --advantage without importing the agent: the two lists agree."""
+    from oat_dppo.agent import ADVANTAGE_MODES
+    from oat_dppo.config import AdvantageMode
+
+    assert AdvantageMode.__args__ == ADVANTAGE_MODES
