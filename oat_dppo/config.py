@@ -185,10 +185,18 @@ class TrainConfig:
     num_ppo_epochs: int = opt(1, "Passes over each rollout batch.")
     mini_batch_size: int = opt(
         16,
-        "Turns per optimizer step (a rollout batch gives several steps: the trust region matters from the "
-        "second on).",
+        "Turns (or episodes: --mini-batch-unit) per optimizer step (a rollout batch gives several steps: the "
+        "trust region matters from the second on).",
     )
-    micro_batch_size: int = opt(4, "Turns per forward/backward; gradients accumulate up to --mini-batch-size.")
+    mini_batch_unit: Literal["turns", "episodes"] = opt(
+        "turns",
+        "What --mini-batch-size counts in a multi-turn env. turns: an iteration of longer episodes gives more "
+        "optimizer steps (16 Sudoku episodes at --mini-batch-size 16: 3 steps when they end after 3 turns, 15 "
+        "when they play 15). episodes: a step takes the turns of that many whole episodes, so every iteration "
+        "gives episodes-per-iteration / mini-batch-size steps however long its episodes are (how verl counts "
+        "trajectories). The same plan in a single-turn env.",
+    )
+    micro_batch_size: int = opt(4, "Turns per forward/backward; gradients accumulate up to the mini-batch.")
     logits_chunk_tokens: int = opt(
         4096,
         "Response tokens per LM-head block: a block's [tokens, vocab] logits are recomputed in backward "
@@ -385,7 +393,7 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"--max-turns must be >= 1, got {cfg.max_turns}")
     if cfg.gamma is not None and not 0.0 <= cfg.gamma <= 1.0:
         raise ConfigError(f"--gamma must be in [0, 1], got {cfg.gamma}")
-    if cfg.mini_batch_size % cfg.micro_batch_size:
+    if cfg.mini_batch_unit == "turns" and cfg.mini_batch_size % cfg.micro_batch_size:
         raise ConfigError(f"--mini-batch-size {cfg.mini_batch_size} must be a multiple of --micro-batch-size "
                           f"{cfg.micro_batch_size} (every optimizer step accumulates whole micro-batches)")
     for name in ("eval_every", "eval_episodes", "save_every", "log_episodes", "threads", "trainable_layers", "lora_rank",

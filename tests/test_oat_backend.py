@@ -195,6 +195,7 @@ def test_derived_settings():
         (["--zero-stage", "3", "--lora-rank", "8", "--logits-chunk-tokens", "1024"], "DeepSpeed#8148"),
         (["--logits-chunk-tokens", "-1"], "--logits-chunk-tokens must be >= 0"),
         (["--env", "game:Sudoku-v0-easy", "--trust-region", "trm"], "--tr-param sequence=turn"),
+        (["--env", "game:Sudoku-v0-easy", "--mini-batch-unit", "episodes"], "cannot take whole episodes"),
     ],
 )
 def test_each_violation_is_one_clear_message(argv, needle):

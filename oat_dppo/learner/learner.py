@@ -36,7 +36,8 @@ from oat_dppo.trust_region import requirements
 class LearnerConfig:
     learning_rate: float = 1e-5
     num_ppo_epochs: int = 1
-    mini_batch_size: int = 16  # turns per optimizer step
+    mini_batch_size: int = 16  # turns (or episodes, see mini_batch_unit) per optimizer step
+    mini_batch_unit: str = "turns"  # "episodes": a step takes that many whole episodes (needs episode_ids)
     micro_batch_size: int = 4  # turns per forward/backward (gradient accumulation)
     logits_chunk_tokens: int = 4096  # response tokens per checkpointed LM-head block (0: one block)
     max_grad_norm: float = 1.0
@@ -97,15 +98,19 @@ class Learner:
         turns = [turns[i] for i in kept]
         if not turns:
             return {"optimizer_steps": 0.0, "train_tokens": 0.0}
-        groups = None
-        if self.trajectory_sequences and episode_ids is not None:
-            groups = [int(episode_ids[i]) for i in kept]
-            if len(set(groups)) == len(groups):
-                groups = None  # one turn per episode: the turn is the trajectory, the usual plan serves
+        by_episode = cfg.mini_batch_unit == "episodes"
+        if by_episode and episode_ids is None:
+            raise ValueError("mini_batch_unit='episodes' needs the episode of each turn (episode_ids)")
+        groups = None if episode_ids is None else [int(episode_ids[i]) for i in kept]
+        # The whole episode is one sequence only where the strategy decides per episode and an episode
+        # has several turns (one turn per episode: the turn is the trajectory, the usual plan serves).
+        episode_sequences = self.trajectory_sequences and groups is not None and len(set(groups)) < len(groups)
+        if not (episode_sequences or by_episode):
+            groups = None
         t_start = time.perf_counter()
         self.model.train()
         batch = collate(turns, self.pad_id, self.topk)
-        if groups is not None:
+        if episode_sequences:
             batch.sequence_ids = torch.tensor(groups, dtype=torch.long)  # [B]
         lengths = [len(t.prompt_ids) + len(t.response_ids) for t in turns]
         recompute_s = 0.0
@@ -123,7 +128,8 @@ class Learner:
             return list(order)
 
         plan = plan_steps(len(turns), epochs=cfg.num_ppo_epochs, step_rows=cfg.mini_batch_size,
-                          micro_rows=cfg.micro_batch_size, permutation=permutation, lengths=lengths, groups=groups)
+                          micro_rows=cfg.micro_batch_size, permutation=permutation, lengths=lengths, groups=groups,
+                          step_counts="groups" if by_episode else "rows", split_groups=not episode_sequences)
         self.optimizer.zero_grad(set_to_none=True)
         out = run_update(self.model, batch, plan, self.trust_region, _TorchOptimizerHooks(self.optimizer, cfg.max_grad_norm),
                          device=self.device, aggregation=cfg.aggregation, constant_length=cfg.constant_length,

@@ -52,6 +52,8 @@ def plan_steps(
     permutation: Callable[[int], Sequence[int]],
     lengths: Sequence[int] | None = None,
     groups: Sequence[int] | None = None,
+    step_counts: Literal["rows", "groups"] = "rows",
+    split_groups: bool = False,
 ) -> list[StepPlan]:
     """Optimizer steps (each a list of micro-batches of row indices) for `epochs` passes over `n_rows`.
 
@@ -59,26 +61,36 @@ def plan_steps(
     before they are cut into micro-batches (stable: ties keep the permutation's order), which keeps
     padding, i.e. wasted compute, small.
 
-    `groups` (one id per row, e.g. its episode): rows of a group stay together in one micro-batch, so
-    that a strategy deciding per episode sees the whole episode. Groups are permuted instead of rows;
-    a step takes whole groups until it holds `step_rows` rows or more, and its micro-batches whole
-    groups up to `micro_rows` rows (a larger group alone).
+    `groups` (one id per row, e.g. its episode): rows of a group go into one optimizer step. Groups are
+    permuted instead of rows. `step_counts` says what `step_rows` counts: "rows" (a step takes whole
+    groups until it holds `step_rows` rows or more) or "groups" (a step takes `step_rows` whole groups,
+    so the number of steps does not depend on how many rows each group has). Without `split_groups` a
+    micro-batch also takes whole groups, up to `micro_rows` rows (a larger group alone), so that a
+    strategy deciding per episode sees the whole episode; with it the step's rows are cut into
+    micro-batches like ungrouped rows.
     """
     if groups is not None:
         return _plan_grouped_steps(groups, epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
-                                   permutation=permutation, lengths=lengths)
+                                   permutation=permutation, lengths=lengths, step_counts=step_counts,
+                                   split_groups=split_groups)
     plan: list[StepPlan] = []
     for _ in range(epochs):
         order = list(permutation(n_rows))
         for start in range(0, n_rows, step_rows):
-            rows = order[start : start + step_rows]
-            if lengths is not None:
-                rows = sorted(rows, key=lambda i: lengths[i])
-            plan.append([rows[i : i + micro_rows] for i in range(0, len(rows), micro_rows)])
+            plan.append(_micro_batches(order[start : start + step_rows], micro_rows, lengths))
     return plan
 
 
-def _plan_grouped_steps(groups, *, epochs, step_rows, micro_rows, permutation, lengths) -> list[StepPlan]:
+def _micro_batches(rows: list[int], micro_rows: int, lengths: Sequence[int] | None) -> StepPlan:
+    if lengths is not None:
+        rows = sorted(rows, key=lambda i: lengths[i])
+    return [rows[i : i + micro_rows] for i in range(0, len(rows), micro_rows)]
+
+
+def _plan_grouped_steps(groups, *, epochs, step_rows, micro_rows, permutation, lengths, step_counts,
+                        split_groups) -> list[StepPlan]:
+    if step_counts not in ("rows", "groups"):
+        raise ValueError(f"step_counts={step_counts!r}: 'rows' or 'groups'")
     members: dict[int, list[int]] = {}
     for row, group in enumerate(groups):
         members.setdefault(int(group), []).append(row)
@@ -86,7 +98,14 @@ def _plan_grouped_steps(groups, *, epochs, step_rows, micro_rows, permutation, l
     plan: list[StepPlan] = []
     for _ in range(epochs):
         order = [units[g] for g in permutation(len(units))]
-        for step in _pack(order, step_rows):
+        if step_counts == "groups":
+            steps = [order[i : i + step_rows] for i in range(0, len(order), step_rows)]
+        else:
+            steps = _pack(order, step_rows)
+        for step in steps:
+            if split_groups:
+                plan.append(_micro_batches([r for rows in step for r in rows], micro_rows, lengths))
+                continue
             if lengths is not None:
                 step = sorted(step, key=lambda rows: max(lengths[i] for i in rows))
             plan.append([[r for rows in micro for r in rows] for micro in _pack(step, micro_rows, at_most=True)])

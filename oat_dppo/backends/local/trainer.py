@@ -193,6 +193,7 @@ class LocalTrainer:
                 learning_rate=cfg.learning_rate,
                 num_ppo_epochs=cfg.num_ppo_epochs,
                 mini_batch_size=cfg.mini_batch_size,
+                mini_batch_unit=cfg.mini_batch_unit,
                 micro_batch_size=cfg.micro_batch_size,
                 logits_chunk_tokens=cfg.logits_chunk_tokens,
                 max_grad_norm=cfg.max_grad_norm,
@@ -406,9 +407,10 @@ class LocalTrainer:
         train = self.learner.update(turns, random.Random(derive_seed(cfg.seed, "shuffle", iteration)), episode_ids)
         sync_s = self.sync_engine()  # before the next rollout or evaluation samples from the engine
         self._phase = "log"
-        if len(turns) <= cfg.mini_batch_size and cfg.num_ppo_epochs == 1 and turns and not self._noted_one_step:
+        unit, count = ("episodes", len(set(episode_ids))) if cfg.mini_batch_unit == "episodes" else ("turns", len(turns))
+        if count <= cfg.mini_batch_size and cfg.num_ppo_epochs == 1 and turns and not self._noted_one_step:
             self._noted_one_step = True  # once a run: a rollout of a few more turns would change nothing
-            print(f"note: this rollout has {len(turns)} turns and --mini-batch-size is {cfg.mini_batch_size}: one "
+            print(f"note: this rollout has {count} {unit} and --mini-batch-size is {cfg.mini_batch_size}: one "
                   "optimizer step per iteration, so pi is pi_old at every step and the trust region can only act on "
                   "the training-inference mismatch (lower --mini-batch-size for several steps per rollout)",
                   file=self.out)

@@ -415,6 +415,10 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
         raise ConfigError(f"--trust-region {args.trust_region} decides per sequence, and on --backend oat a "
                           "multi-turn episode's turns arrive as separate samples: add --tr-param sequence=turn "
                           "(each turn its own sequence), or use --backend local for whole-episode sequences")
+    if args.mini_batch_unit == "episodes" and get_preset(args.env).multi_turn:
+        raise ConfigError(f"--mini-batch-unit episodes on {args.env}: on --backend oat a multi-turn episode's turns "
+                          "arrive as separate samples, so a step cannot take whole episodes; count turns "
+                          "(--train-batch-size), or use --backend local")
     if args.vllm_max_logprobs is None:
         args.vllm_max_logprobs = max(20, K)
     elif K > args.vllm_max_logprobs:

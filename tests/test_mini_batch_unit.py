@@ -1,0 +1,94 @@
+"""`--mini-batch-unit episodes`: an optimizer step takes whole episodes, so a multi-turn iteration gives the
+same number of steps however long its episodes are (counting turns, a Sudoku iteration of 16 episodes
+gave 3 steps when they ended after 3 turns and 15 when they played 15)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oat_dppo.config import ConfigError, TrainConfig, validate
+from oat_dppo.learner import plan_steps
+from oat_dppo.main import main
+
+
+def _shuffler(seed: int, n: int):
+    rng = random.Random(seed)
+    order = list(range(n))
+
+    def permutation(k):
+        assert k == n
+        rng.shuffle(order)
+        return list(order)
+
+    return permutation
+
+
+@settings(max_examples=80, deadline=None)
+@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=12), step_episodes=st.integers(1, 5),
+       micro_rows=st.integers(1, 4), epochs=st.integers(1, 2), whole=st.booleans(), seed=st.integers(0, 99))
+def test_a_step_takes_step_episodes_whole_episodes(sizes, step_episodes, micro_rows, epochs, whole, seed):
+    groups = [g for g, n in enumerate(sizes) for _ in range(n)]
+    lengths = [random.Random(seed + r).randint(1, 9) for r in range(len(groups))]
+    plan = plan_steps(len(groups), epochs=epochs, step_rows=step_episodes, micro_rows=micro_rows,
+                      permutation=_shuffler(seed, len(sizes)), lengths=lengths, groups=groups,
+                      step_counts="groups", split_groups=not whole)
+    # The step count depends on the episode count only, never on the episodes' lengths.
+    assert len(plan) == epochs * math.ceil(len(sizes) / step_episodes)
+    seen = [r for step in plan for micro in step for r in micro]
+    assert sorted(seen) == sorted(list(range(len(groups))) * epochs)  # every turn once per epoch
+    for i, step in enumerate(plan):
+        in_step = [groups[r] for micro in step for r in micro]
+        episodes = set(in_step)
+        assert all(in_step.count(g) == sizes[g] for g in episodes)  # whole episodes in a step
+        last_of_epoch = (i + 1) % math.ceil(len(sizes) / step_episodes) == 0
+        assert len(episodes) == step_episodes or (last_of_epoch and len(episodes) < step_episodes)
+        for micro in step:
+            if whole:  # an episode in one micro-batch (sequence-level strategies)
+                assert all(sum(groups[r] == g for r in micro) == sizes[g] for g in {groups[r] for r in micro})
+            else:
+                assert len(micro) <= micro_rows
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), step_rows=st.integers(1, 9), micro_rows=st.integers(1, 4), epochs=st.integers(1, 3),
+       seed=st.integers(0, 99))
+def test_one_turn_episodes_give_the_plan_of_turns(n, step_rows, micro_rows, epochs, seed):
+    """Single-turn envs: counting episodes is counting turns, the same plan from the same shuffles."""
+    lengths = [random.Random(seed * 7 + r).randint(1, 9) for r in range(n)]
+    common = dict(epochs=epochs, step_rows=step_rows, micro_rows=micro_rows, lengths=lengths)
+    by_turn = plan_steps(n, permutation=_shuffler(seed, n), **common)
+    by_episode = plan_steps(n, permutation=_shuffler(seed, n), groups=list(range(n)), step_counts="groups",
+                            split_groups=True, **common)
+    assert by_episode == by_turn
+
+
+def test_the_micro_batch_need_not_divide_an_episode_count():
+    validate(TrainConfig(mini_batch_unit="episodes", mini_batch_size=3, micro_batch_size=2))  # turns vs episodes
+    with pytest.raises(ConfigError, match="multiple of --micro-batch-size"):
+        validate(TrainConfig(mini_batch_unit="turns", mini_batch_size=3, micro_batch_size=2))
+
+
+TINY = ["--model", "tiny-qwen3", "--engine", "hf", "--max-new-tokens", "8", "--threads", "1", "--no-progress",
+        "--log", "none"]
+
+
+@pytest.mark.parametrize("unit, max_turns, steps", [("turns", 3, 6), ("episodes", 3, 2), ("episodes", 2, 2),
+                                                    ("turns", 2, 4)])
+def test_sudoku_steps_per_iteration(tmp_path, unit, max_turns, steps):
+    """Real GEM Sudoku; a pre-filled well-formed move keeps a random tiny model in the game to --max-turns:
+    4 episodes of 2 or 3 turns, a mini-batch of 2 (turns or episodes)."""
+    run_dir = tmp_path / "run"
+    code = main([*TINY, "--run-dir", str(run_dir), "--env", "game:Sudoku-v0-easy", "--response-prefix",
+                 "\\boxed{1 1 1} ", "--max-turns", str(max_turns), "--iterations", "1", "--episodes-per-iteration",
+                 "4", "--mini-batch-size", "2", "--micro-batch-size", "2", "--mini-batch-unit", unit,
+                 "--eval-every", "0"])
+    assert code == 0
+    row = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["rollout/turns_mean"] == max_turns
+    assert row["train/optimizer_steps"] == steps
