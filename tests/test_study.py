@@ -163,6 +163,34 @@ def test_run_names_are_stable(tmp_path):
     assert names_a == sorted(r.name for r in load_study(b).runs)
     assert "smollm2__game_GuessTheNumber-v0-easy__dppo_binary_tv__s0" in names_a
     assert load_study(a).runs[0].name == load_study(a).runs[0].name  # and deterministic across loads
+
+
+def test_a_name_too_long_for_a_directory_ends_in_a_hash_and_the_seed(tmp_path):
+    """Run names are directory names (and, with ".log", file names): file systems allow 255 bytes. Two long
+    prompts that differ only at their ends get two names, each short enough, the seed still last."""
+    prompt = "Answer with one move for an empty cell. " * 5
+    study = write(tmp_path, f"""
+        [study]
+        out = "{tmp_path / 'out'}"
+        [base]
+        model = "smollm2"
+        env = "game:Sudoku-v0-easy"
+        seed = 3
+        [grid]
+        setting = [{{env_option = ["obs_suffix={prompt}A"]}}, {{env_option = ["obs_suffix={prompt}B"]}},
+                   {{env_option = ["obs_suffix=short"]}}]
+        """)
+    runs = load_study(study).runs
+    names = [r.name for r in runs]
+    assert len(set(names)) == 3
+    assert all(len(n) + len(".log") <= 255 and n.endswith("__s3") for n in names)
+    assert re.search(r"__h[0-9a-f]{10}__s3$", names[0]) and re.search(r"__h[0-9a-f]{10}__s3$", names[1])
+    assert names[2] == "smollm2__game_Sudoku-v0-easy__dppo_binary_tv__env_option-obs_suffix_short__s3"  # as before
+    assert names == [r.name for r in load_study(study).runs]
+    for run in runs:  # the directory and its log can be made
+        assert run.run_dir.parent == tmp_path / "out"
+        run.run_dir.mkdir(parents=True)
+        log_path(run).write_text("")
     # Hub ids keep their organization (no collisions), slashes become underscores.
     c = write(tmp_path, '[grid]\nmodel = ["Qwen/Qwen3-1.7B-Base"]\nlearning_rate = [1e-6]\n', "c.toml")
     assert load_study(c).runs[0].name == "Qwen_Qwen3-1.7B-Base__game_GuessTheNumber-v0-easy__dppo_binary_tv__learning_rate-1e-06__s0"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import hashlib
 import itertools
 import json
 import os
@@ -182,16 +183,27 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "_"
 
 
+# A run's name is a directory name, and with ".log" a file name: file systems allow 255 bytes. A
+# longer name keeps its start and ends in a hash of the whole name and the seed.
+MAX_RUN_NAME = 240
+
+
 def run_name(config: TrainConfig, grid: dict[str, Any]) -> str:
     """`<model>__<env>__<trust region>[__<key>-<value> ...]__s<seed>`: the model, env and trust
     region always, the other options this grid point sets in TrainConfig order, the seed last.
-    Depends only on values (not on the order of keys in the file), so it is stable."""
+    Depends only on values (not on the order of keys in the file), so it is stable. Over
+    MAX_RUN_NAME characters (long prompts in --env-option): `<its start>__h<10 hex of sha1>__s<seed>`."""
     parts = [_slug(str(getattr(config, k))) for k in NAME_KEYS]
     for name in FIELDS:
         if name in grid and name not in NAME_KEYS and name != "seed":
             parts.append(f"{name}-{_slug(format_value(grid[name]))}")
-    parts.append(f"s{config.seed}")
-    return "__".join(parts)
+    seed = f"s{config.seed}"
+    name = "__".join([*parts, seed])
+    if len(name) <= MAX_RUN_NAME:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+    tail = f"__h{digest}__{seed}"
+    return name[: MAX_RUN_NAME - len(tail)].rstrip("_") + tail
 
 
 def flag(name: str) -> str:
