@@ -13,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oat_dppo.config import ConfigError, TrainConfig, validate
-from oat_dppo.learner import plan_steps
+from oat_dppo.learner import Learner, LearnerConfig, plan_steps
 from oat_dppo.main import main
+from oat_dppo.trust_region import make_trust_region
+from test_learner import policy, sampled_turns  # noqa: F401  (the module's tiny-qwen3 fixture)
 
 
 def _shuffler(seed: int, n: int):
@@ -66,6 +68,25 @@ def test_one_turn_episodes_give_the_plan_of_turns(n, step_rows, micro_rows, epoc
     by_episode = plan_steps(n, permutation=_shuffler(seed, n), groups=list(range(n)), step_counts="groups",
                             split_groups=True, **common)
     assert by_episode == by_turn
+
+
+@pytest.mark.parametrize("unit, steps", [("turns", 2 * 3), ("episodes", 2 * 2)])  # epochs x ceil(6 or 3 / 2)
+def test_the_learner_steps_once_per_mini_batch_of_its_unit(policy, unit, steps):
+    """Six real turns of three episodes (1, 2 and 3 turns), a mini-batch of 2 turns or 2 episodes, 2 epochs."""
+    model, tok = policy
+    learner = Learner(model, make_trust_region("dppo_binary_tv"), LearnerConfig(
+        learning_rate=1e-4, mini_batch_size=2, micro_batch_size=1, num_ppo_epochs=2, mini_batch_unit=unit),
+        pad_id=tok.pad_token_id)
+    out = learner.update(sampled_turns(policy, n=6), random.Random(0), episode_ids=[0, 1, 1, 2, 2, 2])
+    assert out["optimizer_steps"] == steps
+
+
+def test_counting_episodes_needs_the_episodes(policy):
+    model, tok = policy
+    learner = Learner(model, make_trust_region("dppo_binary_tv"), LearnerConfig(mini_batch_unit="episodes"),
+                      pad_id=tok.pad_token_id)
+    with pytest.raises(ValueError, match="episode_ids"):
+        learner.update(sampled_turns(policy, n=2), random.Random(0))
 
 
 def test_the_micro_batch_need_not_divide_an_episode_count():
