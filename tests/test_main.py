@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -315,7 +316,10 @@ def test_a_stop_signal_saves_and_the_run_resumes(tmp_path, capsys, sig):
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + sig, err[-2000:]
-    assert f"resume with: {os.path.relpath(sys.executable, REPO)} -m oat_dppo.main --resume" in err  # the venv's
+    # The hint names this interpreter: `python` where PATH finds it (an activated venv), else its path.
+    on_path = shutil.which("python")
+    same = on_path is not None and os.path.abspath(on_path) == os.path.abspath(sys.executable)
+    assert f"resume with: {'python' if same else os.path.relpath(sys.executable, REPO)} -m oat_dppo.main --resume" in err
     done = len(metrics(run_dir))
     assert done >= 1 and (run_dir / "checkpoint" / "state.json").exists()
     assert main(["--resume", str(run_dir), "--iterations", str(done + 1)]) == 0
