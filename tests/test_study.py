@@ -163,6 +163,9 @@ def test_run_names_are_stable(tmp_path):
     assert names_a == sorted(r.name for r in load_study(b).runs)
     assert "smollm2__game_GuessTheNumber-v0-easy__dppo_binary_tv__s0" in names_a
     assert load_study(a).runs[0].name == load_study(a).runs[0].name  # and deterministic across loads
+    # Hub ids keep their organization (no collisions), slashes become underscores.
+    c = write(tmp_path, '[grid]\nmodel = ["Qwen/Qwen3-1.7B-Base"]\nlearning_rate = [1e-6]\n', "c.toml")
+    assert load_study(c).runs[0].name == "Qwen_Qwen3-1.7B-Base__game_GuessTheNumber-v0-easy__dppo_binary_tv__learning_rate-1e-06__s0"
 
 
 def test_a_name_too_long_for_a_directory_ends_in_a_hash_and_the_seed(tmp_path):
@@ -191,9 +194,6 @@ def test_a_name_too_long_for_a_directory_ends_in_a_hash_and_the_seed(tmp_path):
         assert run.run_dir.parent == tmp_path / "out"
         run.run_dir.mkdir(parents=True)
         log_path(run).write_text("")
-    # Hub ids keep their organization (no collisions), slashes become underscores.
-    c = write(tmp_path, '[grid]\nmodel = ["Qwen/Qwen3-1.7B-Base"]\nlearning_rate = [1e-6]\n', "c.toml")
-    assert load_study(c).runs[0].name == "Qwen_Qwen3-1.7B-Base__game_GuessTheNumber-v0-easy__dppo_binary_tv__learning_rate-1e-06__s0"
 
 
 def test_example_study_files():
