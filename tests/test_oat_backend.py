@@ -150,8 +150,14 @@ def test_derived_settings():
     assert args.aggregation == "seq_sum_constant_length"  # Oat's drgrpo
     assert args.vllm_max_logprobs == 20
     assert (args.tis_c, args.beta, args.use_fused_lm_head, args.algo) == (None, 0.0, False, "PPO")
-    args, _ = resolve("--env", "game:Sudoku-v0-easy", "--trust-region", "trm", "--tr-param", "sequence=turn",
-                      "--gpus", "8", "--collocate")  # a turn as the sequence: fine on Oat
+    # Oat's learners get whole episodes: the episode as the sequence and as the step's unit run on games
+    for extra in (("--trust-region", "trm"), ("--trust-region", "trm", "--tr-param", "sequence=turn"),
+                  ("--mini-batch-unit", "episodes", "--train-batch-size", "64")):
+        resolve("--env", "game:Sudoku-v0-easy", "--gpus", "8", "--collocate", *extra)
+    with pytest.raises(ConfigError, match="every optimizer step is full"):  # 64 episodes a round, steps of 48
+        resolve("--env", "game:Sudoku-v0-easy", "--gpus", "8", "--collocate", "--mini-batch-unit", "episodes",
+                "--train-batch-size", "48")
+    resolve("--env", "game:Sudoku-v0-easy", "--gpus", "8", "--collocate", "--train-batch-size", "48")  # turns vary
     args, _ = resolve("--env", "rg:arc_1d", "--trust-region", "trm", "--gpus", "8", "--collocate")  # single-turn
     args, _ = resolve("--env", "rg:arc_1d", "--critic-type", "grpo", "--gpus", "8", "--collocate")
     assert (args.gamma, args.aggregation) == (1.0, "seq_mean_token_mean")
@@ -190,12 +196,10 @@ def test_derived_settings():
         (["--pi-buffer-maxlen-per-device", "8"], "would drop data"),
         (["--rollout-batch-size", "100"], "must be a multiple of 8 learner GPUs"),
         (["--train-batch-size", "12"], "must be a multiple of"),
-        (["--train-batch-size", "256"], "straddles two rounds"),
+        (["--env", "rg:arc_1d", "--train-batch-size", "256"], "every optimizer step is full"),
         (["--episodes-per-iteration", "100", "--group-size", "8"], "must be a multiple of --group-size 8"),
         (["--zero-stage", "3", "--lora-rank", "8", "--logits-chunk-tokens", "1024"], "DeepSpeed#8148"),
         (["--logits-chunk-tokens", "-1"], "--logits-chunk-tokens must be >= 0"),
-        (["--env", "game:Sudoku-v0-easy", "--trust-region", "trm"], "--tr-param sequence=turn"),
-        (["--env", "game:Sudoku-v0-easy", "--mini-batch-unit", "episodes"], "cannot take whole episodes"),
     ],
 )
 def test_each_violation_is_one_clear_message(argv, needle):

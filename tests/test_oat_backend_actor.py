@@ -35,7 +35,7 @@ from oat_dppo.agent import (  # noqa: E402
 from oat_dppo.agent.reply_effect import Case, ModelMovePolicy, ScoredMovePolicy, reply_effect  # noqa: E402
 from oat_dppo.backends.oat.actor import DPPOActor  # noqa: E402
 from oat_dppo.backends.oat.args import DPPOArgs, finalize  # noqa: E402
-from oat_dppo.backends.oat.data import DPPOTransitionData  # noqa: E402
+from oat_dppo.backends.oat.data import DPPOEpisodeData, DPPOTransitionData  # noqa: E402
 from oat_dppo.backends.oat.learner import DPPOLearner  # noqa: E402
 from oat_dppo.engine.base import PromptTooLongError  # noqa: E402
 from oat_dppo.engine.vllm import VLLMEngine, generation_from_completion  # noqa: E402
@@ -220,18 +220,26 @@ def test_actor_init_sets_max_logprobs_before_vllm_is_built(tok, model):
 
 
 @pytest.mark.parametrize("group_size", [1, 2])
-def test_actor_rollout_sends_exact_counts_of_picklable_transitions(tok, model, group_size):
+def test_actor_rollout_sends_every_turn_of_exact_counts_of_episodes(tok, model, group_size):
+    """Oat's collector splits the actor's list evenly between learners: the count is of episodes
+    (slots x group size), and every turn those episodes played travels in them (none sampled away)."""
     K = 3
     args = dppo_args(trust_region="dppo_topk_tv", topk=K, num_samples=group_size,
                      advantage="group" if group_size > 1 else "batch_norm")
     actor = make_actor(args, model, tok)
-    transitions, info = actor.rollout(n_slots=3)
-    assert len(transitions) == 3 * group_size  # what Oat's collector splits between learners
-    assert all(isinstance(t, DPPOTransitionData) for t in transitions)
-    assert {tuple(sorted(t.info)) for t in transitions} == {tuple(sorted(info))}  # one structure: averaged by Oat
+    episodes, info = actor.rollout(n_slots=3)
+    assert len(episodes) == 3 * group_size  # what Oat's collector splits between learners
+    assert all(isinstance(e, DPPOEpisodeData) for e in episodes)
+    assert {tuple(sorted(e.info)) for e in episodes} == {tuple(sorted(info))}  # one structure: averaged by Oat
     assert all(isinstance(v, float) for v in info.values())
-    assert info["actor/episodes"] >= 3 * group_size / args.max_turns
-    for t in transitions:
+    turns = [t for e in episodes for t in e.turns]
+    assert len(turns) == info["actor/turns_trained"] == pytest.approx(info["actor/turns_mean"] * len(episodes))
+    assert len(turns) > len(episodes)  # a multi-turn game: more turns than episodes, all of them sent
+    for e in episodes:
+        assert e.response_ids == [i for t in e.turns for i in t.response_ids]  # Oat's collector metrics read these
+        assert len(e.rewards) == len(e.turns) and e.turns[0].prompt_ids == e.prompt_ids
+    for t in turns:
+        assert isinstance(t, DPPOTransitionData)
         L = len(t.response_ids)
         assert len(t.response_logprobs) == L and len(t.rewards) == L
         assert t.topk_ids.shape == (L, K + 1) and t.topk_ids.dtype == np.int32
@@ -240,19 +248,20 @@ def test_actor_rollout_sends_exact_counts_of_picklable_transitions(tok, model, g
         lp = teacher_forced(model, t.prompt_ids, t.response_ids)
         assert np.allclose(t.response_logprobs, lp.gather(1, torch.tensor(t.response_ids)[:, None])[:, 0], atol=1e-5)
     # Through Oat's plasma store the list is pickled: classes by reference, arrays intact.
-    back = pickle.loads(pickle.dumps(transitions))
-    assert type(back[0]) is DPPOTransitionData and (back[0].topk_ids == transitions[0].topk_ids).all()
+    back = pickle.loads(pickle.dumps(episodes))
+    assert type(back[0]) is DPPOEpisodeData and type(back[0].turns[0]) is DPPOTransitionData
+    assert (back[0].turns[0].topk_ids == episodes[0].turns[0].topk_ids).all()
 
 
-def test_single_turn_env_sends_every_episode_without_subsampling(tok, model):
+def test_single_turn_env_sends_every_episode_as_one_turn(tok, model):
     args = dppo_args(env="rg:arc_1d", num_samples=2, advantage="group", max_turns=None)
     actor = make_actor(args, model, tok)
-    transitions, info = actor.rollout(n_slots=2)
-    assert len(transitions) == 4
-    assert info["actor/rollout_rounds"] == 1.0 and info["actor/turns_dropped"] == 0.0
+    episodes, info = actor.rollout(n_slots=2)
+    assert len(episodes) == 4 and all(len(e.turns) == 1 for e in episodes)
+    assert info["actor/rollout_rounds"] == 1.0 and info["actor/turns_trained"] == 4.0
     assert info["actor/turns_mean"] == 1.0
     # Group baseline: the two episodes of a start seed have advantages that sum to zero.
-    advs = [t.advantage for t in transitions]
+    advs = [e.turns[0].advantage for e in episodes]
     assert advs[0] + advs[1] == pytest.approx(0.0) and advs[2] + advs[3] == pytest.approx(0.0)
 
 
@@ -271,17 +280,20 @@ def test_actor_step_serializes_through_oats_ipc_client(tok, model):
     assert len(pickle.loads(store["blob"])) == 2 * args.num_samples
 
 
-def test_actor_transitions_train_the_learner_end_to_end(tok, model):
-    """Actor transitions (multi-turn, top-K) -> Oat's dataset -> DPPOLearner.learning_step."""
+def test_actor_episodes_train_the_learner_end_to_end(tok, model):
+    """Actor episodes (multi-turn, top-K) -> Oat's dataset (every turn a row) -> DPPOLearner.learning_step."""
     K = 3
     args = dppo_args(trust_region="dppo_topk_kl", topk=K)
     actor = make_actor(args, model, tok)
-    transitions, _ = actor.rollout(n_slots=8 // args.num_samples)
+    episodes, info = actor.rollout(n_slots=8 // args.num_samples)
     policy = copy.deepcopy(model)  # the module-scoped model stays the actor's
     learner = H.make_stock_learner(args=args, learner_cls=DPPOLearner, model=policy, tokenizer=tok)
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
-    info, _ = H.run_learning_step(learner, H.collate(learner, transitions))
-    assert float(info["prob_diff_mean"]) < 1e-4  # mu from the stand-in "vLLM" == the learner's pi
+    batch = H.collate(learner, episodes)
+    assert len(batch["episode_ids"]) == info["actor/turns_trained"] > len(episodes)
+    assert batch["episode_ids"] == [i for i, e in enumerate(episodes) for _ in e.turns]
+    info, _ = H.run_learning_step(learner, batch)
+    assert float(info["mismatch_mean"]) < 1e-4  # mu from the stand-in "vLLM" == the learner's pi (first step)
     assert float(info["kept_frac"]) == 1.0
     assert any(float((p.detach() - before[n]).abs().max()) > 0 for n, p in policy.named_parameters())
 

@@ -6,8 +6,10 @@ from oat_dppo.learner.logprobs import PolicyLogprobs, policy_logprobs
 from oat_dppo.learner.loop import (
     UpdateHooks,
     chunks,
+    equalize_plan,
     needs_pi_old,
     plan_steps,
+    plan_update,
     recompute_old_logp,
     run_update,
     use_mu_source,
@@ -15,5 +17,5 @@ from oat_dppo.learner.loop import (
 from oat_dppo.learner.step import MetricAccumulator, trust_region_loss
 
 __all__ = ["Learner", "LearnerConfig", "MetricAccumulator", "PolicyLogprobs", "Sample", "TokenBatch", "UpdateHooks",
-           "chunks", "collate", "needs_pi_old", "plan_steps", "policy_logprobs", "recompute_old_logp", "run_update",
+           "chunks", "collate", "equalize_plan", "needs_pi_old", "plan_steps", "plan_update", "policy_logprobs", "recompute_old_logp", "run_update",
            "trust_region_loss", "use_mu_source"]

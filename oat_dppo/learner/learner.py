@@ -24,7 +24,7 @@ from oat_dppo.learner.loop import (
     MuSource,
     chunks,
     needs_pi_old,
-    plan_steps,
+    plan_update,
     recompute_old_logp,
     run_update,
     use_mu_source,
@@ -68,6 +68,12 @@ class _TorchOptimizerHooks:
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
 
+    def begin_step(self, micro_batches: int) -> None:
+        pass  # torch accumulates until step()
+
+    def agree_max(self, counts: list[int]) -> list[int]:
+        return counts  # one process
+
     def normalizers(self, tokens: float, sequences: float) -> tuple[float, float]:
         return tokens, sequences  # one process
 
@@ -98,21 +104,25 @@ class Learner:
         turns = [turns[i] for i in kept]
         if not turns:
             return {"optimizer_steps": 0.0, "train_tokens": 0.0}
-        by_episode = cfg.mini_batch_unit == "episodes"
-        if by_episode and episode_ids is None:
-            raise ValueError("mini_batch_unit='episodes' needs the episode of each turn (episode_ids)")
-        groups = None if episode_ids is None else [int(episode_ids[i]) for i in kept]
-        # The whole episode is one sequence only where the strategy decides per episode and an episode
-        # has several turns (one turn per episode: the turn is the trajectory, the usual plan serves).
-        episode_sequences = self.trajectory_sequences and groups is not None and len(set(groups)) < len(groups)
-        if not (episode_sequences or by_episode):
-            groups = None
         t_start = time.perf_counter()
         self.model.train()
-        batch = collate(turns, self.pad_id, self.topk)
-        if episode_sequences:
-            batch.sequence_ids = torch.tensor(groups, dtype=torch.long)  # [B]
         lengths = [len(t.prompt_ids) + len(t.response_ids) for t in turns]
+        order: list[int] = []
+
+        def permutation(n: int) -> list[int]:  # each epoch reshuffles the previous order (seeded)
+            if not order:
+                order.extend(range(n))
+            rng.shuffle(order)
+            return list(order)
+
+        plan, sequence_ids = plan_update(
+            lengths, None if episode_ids is None else [episode_ids[i] for i in kept],
+            trajectory_sequences=self.trajectory_sequences, mini_batch_unit=cfg.mini_batch_unit,
+            epochs=cfg.num_ppo_epochs, step_rows=cfg.mini_batch_size, micro_rows=cfg.micro_batch_size,
+            permutation=permutation)
+        batch = collate(turns, self.pad_id, self.topk)
+        if sequence_ids is not None:
+            batch.sequence_ids = torch.tensor(sequence_ids, dtype=torch.long)  # [B]
         recompute_s = 0.0
         if needs_pi_old(self.trust_region, cfg.mu_source):
             t0 = time.perf_counter()
@@ -121,15 +131,6 @@ class Learner:
                                                 device=self.device, logits_chunk_tokens=cfg.logits_chunk_tokens)
             use_mu_source(batch, cfg.mu_source)
             recompute_s = time.perf_counter() - t0
-        order = list(range(len(turns) if groups is None else len(set(groups))))
-
-        def permutation(n: int) -> list[int]:  # each epoch reshuffles the previous order (seeded)
-            rng.shuffle(order)
-            return list(order)
-
-        plan = plan_steps(len(turns), epochs=cfg.num_ppo_epochs, step_rows=cfg.mini_batch_size,
-                          micro_rows=cfg.micro_batch_size, permutation=permutation, lengths=lengths, groups=groups,
-                          step_counts="groups" if by_episode else "rows", split_groups=not episode_sequences)
         self.optimizer.zero_grad(set_to_none=True)
         out = run_update(self.model, batch, plan, self.trust_region, _TorchOptimizerHooks(self.optimizer, cfg.max_grad_norm),
                          device=self.device, aggregation=cfg.aggregation, constant_length=cfg.constant_length,

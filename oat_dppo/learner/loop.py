@@ -129,6 +129,55 @@ def _pack(units: list[list[int]], rows: int, at_most: bool = False) -> list[list
     return [b for b in bins if b]
 
 
+def plan_update(
+    lengths: Sequence[int],
+    episode_ids: Sequence[int] | None,
+    *,
+    trajectory_sequences: bool,
+    mini_batch_unit: Literal["turns", "episodes"],
+    epochs: int,
+    step_rows: int,
+    micro_rows: int,
+    permutation: Callable[[int], Sequence[int]],
+    sort_by_length: bool = True,
+) -> tuple[list[StepPlan], list[int] | None]:
+    """Both backends' plan for one rollout batch of turns: (optimizer steps, the sequence id of each row
+    or None). `episode_ids` (one per row) say which turns are one episode:
+
+    * `mini_batch_unit="episodes"`: a step takes `step_rows` whole episodes (`step_counts="groups"`);
+    * a strategy that decides per episode (`trajectory_sequences`) on episodes of several turns: an
+      episode's turns share a micro-batch and are one sequence (the returned ids);
+    * otherwise turns are rows like any other (an episode is not kept together).
+
+    `permutation(n)` orders the n units (rows, or episodes when they are kept together) of each epoch.
+    """
+    if mini_batch_unit == "episodes" and episode_ids is None:
+        raise ValueError("mini_batch_unit='episodes' needs the episode of each turn (episode_ids)")
+    groups = None if episode_ids is None else [int(e) for e in episode_ids]
+    # The whole episode is one sequence only where the strategy decides per episode and an episode has
+    # several turns (one turn per episode: the turn is the trajectory, the usual plan serves).
+    episode_sequences = trajectory_sequences and groups is not None and len(set(groups)) < len(groups)
+    by_episode = mini_batch_unit == "episodes"
+    plan = plan_steps(len(lengths), epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
+                      permutation=permutation, lengths=list(lengths) if sort_by_length else None,
+                      groups=groups if (episode_sequences or by_episode) else None,
+                      step_counts="groups" if by_episode else "rows", split_groups=not episode_sequences)
+    return plan, (groups if episode_sequences else None)
+
+
+def equalize_plan(plan: Sequence[StepPlan], agree_max: Callable[[list[int]], list[int]]) -> list[StepPlan]:
+    """The plan of one data-parallel rank, padded so that every rank takes the same number of optimizer
+    steps and, in each step, the same number of micro-batches: ranks whose episodes hold fewer turns
+    get empty micro-batches (`[]`), which `run_update` runs as a pass of zero loss. DeepSpeed's
+    accumulation boundary, the per-step reduction of the loss normalizers and ZeRO-3's parameter
+    gathers are collective: a rank that took fewer passes would hang the others.
+    `agree_max(counts)`: the element-wise maximum of `counts` over the ranks (one rank: `counts`)."""
+    steps = agree_max([len(plan)])[0]
+    padded = [list(step) for step in plan] + [[] for _ in range(steps - len(plan))]
+    sizes = agree_max([len(step) for step in padded])
+    return [step + [[] for _ in range(size - len(step))] for step, size in zip(padded, sizes)]
+
+
 def chunks(rows: Sequence[int], size: int) -> list[list[int]]:
     return [list(rows[i : i + size]) for i in range(0, len(rows), size)]
 
@@ -166,6 +215,13 @@ class UpdateHooks(Protocol):
         """Apply the accumulated gradient (clipping included) and clear it; the gradient norm
         (not finite: the step was skipped)."""
 
+    def begin_step(self, micro_batches: int) -> None:
+        """An optimizer step of `micro_batches` micro-batches begins (DeepSpeed: where its accumulation
+        boundary falls)."""
+
+    def agree_max(self, counts: list[int]) -> list[int]:
+        """The element-wise maximum of `counts` over the data-parallel ranks (one rank: `counts`)."""
+
     def normalizers(self, tokens: float, sequences: float) -> tuple[float, float]:
         """The loss normalizers of one optimizer step whose rows hold `tokens` response tokens and
         `sequences` rows on this rank. With data-parallel ranks whose gradients are averaged
@@ -190,23 +246,33 @@ def run_update(
     step), `grad_norm` (mean over steps) and `grad_norm_max`, `optimizer_steps`, `skipped_steps`,
     `train_tokens` (response tokens trained, epochs counted), and `mismatch_mean` / `mismatch_max`:
     |pi - mu| on the first optimizer step's tokens, where pi is still pi_old, so the
-    training-inference mismatch alone (`prob_diff_*` also hold the later steps' policy drift)."""
+    training-inference mismatch alone (`prob_diff_*` also hold the later steps' policy drift).
+
+    The plan is first padded so that every rank runs as many steps and micro-batches as the others
+    (`equalize_plan`): an empty micro-batch runs one row of the batch with no token trained (a loss of
+    0 whose backward still takes part in the ranks' collectives)."""
+    plan = equalize_plan(plan, hooks.agree_max)
     acc = MetricAccumulator()
     before_update = MetricAccumulator()  # the first step's micro-batches: no optimizer step yet
     losses, norms, tokens = [], [], 0.0
     for index, step in enumerate(plan):
         rows = [r for micro in step for r in micro]
-        step_tokens = float(batch.response_mask[torch.as_tensor(rows)].sum())
+        step_tokens = float(batch.response_mask[torch.as_tensor(rows, dtype=torch.long)].sum())
         n_tok, n_seq = hooks.normalizers(step_tokens, float(len(rows)))  # every rank's counts, not this one's
         n_tok = n_tok if n_tok > 0 else 1.0  # a step of loss-masked rows trains nothing
         step_loss = 0.0
+        hooks.begin_step(len(step))
         for micro in step:
-            mb = batch.rows(micro).to(device)
+            mb = batch.rows(micro or [0]).to(device)
+            if not micro:  # this rank's share of the step is spent: a pass that trains nothing
+                mb.response_mask = torch.zeros_like(mb.response_mask)
             loss, metrics = trust_region_loss(
                 model, mb, trust_region, aggregation=aggregation, constant_length=constant_length,
                 num_tokens=n_tok, num_sequences=n_seq, logits_chunk_tokens=logits_chunk_tokens,
             )
-            hooks.backward(loss)
+            hooks.backward(loss if micro else loss * 0.0)
+            if not micro:
+                continue
             step_loss += float(loss.detach())
             acc.add(metrics, float(mb.num_tokens))
             if index == 0:

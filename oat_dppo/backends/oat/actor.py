@@ -5,12 +5,10 @@ slots per learner (the prompts themselves are placeholders, see `learner._SlotDa
 slot the actor starts `num_samples` (= `--group-size`) episodes from one environment seed, plays them
 with `oat_dppo.agent.play_episodes` (one batched vLLM call per turn over all live episodes, mu and
 mu's top-K recorded by `VLLMEngine`), assigns per-turn advantages with the shared
-`assign_advantages` (whole groups in one place), and sends one transition per turn:
-
-* single-turn environments (math, reasoning-gym): exactly slots x group size transitions;
-* multi-turn games: every turn is a transition (as in GEM's Oat examples); rounds of episodes are
-  played until there are enough turns, then a uniform sample of exactly slots x group size is sent,
-  because Oat's collector splits the list evenly between the learners of an actor.
+`assign_advantages` (whole groups in one place), and sends one item per episode
+(`data.DPPOEpisodeData`, every turn of it): exactly slots x group size items, which Oat's collector
+splits evenly between the learners of an actor, however many turns each episode played. Nothing is
+sampled away (Oat's own multi-turn PPO and GEM's examples subsample turns to a fixed count).
 
 Rollout metrics travel in each transition's `info` (the same small dict in all of them, which Oat's
 collector averages into the `actor/...` logs); per-token arrays never do.
@@ -20,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import time
 from typing import Sequence
 
@@ -32,7 +29,7 @@ from oat_dppo.agent import EVAL_KEYS, PromptFormat, assign_advantages, episode_m
 from oat_dppo.agent.reply_effect import ScoredMovePolicy, cases_from_episodes, reply_effect
 from oat_dppo.backends.oat import cpu
 from oat_dppo.backends.oat.args import to_train_config
-from oat_dppo.backends.oat.data import DPPOTransitionData, transition_from_turn
+from oat_dppo.backends.oat.data import DPPOEpisodeData, episode_data
 from oat_dppo.components import build_envs, build_trust_region, resolve_template
 from oat_dppo.engine.base import stop_token_ids
 from oat_dppo.engine.vllm import VLLMEngine, max_model_len
@@ -86,7 +83,6 @@ class DPPOActor(PPOActor):
         self.steps_done = 0
         self._envs: list = []
         self._eval_envs: list = []
-        self._rng = random.Random(derive_seed(self.seed_base, "oat-subsample", getattr(self, "actor_id", 0)))
 
     # -- vLLM ------------------------------------------------------------------------------------------
     def _generate_tokens(self, prompts: list, params: list) -> list:
@@ -149,22 +145,15 @@ class DPPOActor(PPOActor):
         transitions, _ = self.rollout(len(prompts))
         return self.ipc_client.serialize_ipc(transitions)
 
-    def rollout(self, n_slots: int) -> tuple[list[DPPOTransitionData], dict[str, float]]:
-        """Exactly `n_slots x num_samples` transitions (see the module docstring) and their metrics."""
+    def rollout(self, n_slots: int) -> tuple[list[DPPOEpisodeData], dict[str, float]]:
+        """Exactly `n_slots x num_samples` episodes, every turn they played (see the module docstring), and
+        their metrics. A round in which no episode gave a trainable turn (every env failing) is played
+        again, at most MAX_ROUNDS times."""
         args = self.args
         g = max(int(args.num_samples), 1)
-        want = n_slots * g
         actor_id = getattr(self, "actor_id", 0)
-        pool, played = [], []
-        totals = {"env_errors": 0, "context_truncations": 0, "generate_time": 0.0, "env_time": 0.0}
         errors: list[str] = []
-        rounds = 0
-        while len(pool) < want:
-            if rounds >= MAX_ROUNDS:
-                raise RuntimeError(
-                    f"{rounds} rounds of {want} episodes on {args.env} gave only {len(pool)} trainable turns "
-                    f"(env errors: {totals['env_errors']}; first: {errors[:2]})"
-                )
+        for rounds in range(MAX_ROUNDS):
             seeds = [derive_seed(self.seed_base, "oat-train", actor_id, self.steps_done, rounds, s)
                      for s in range(n_slots) for _ in range(g)]
             episodes, stats = play_episodes(
@@ -173,24 +162,21 @@ class DPPOActor(PPOActor):
                 generation_seed=derive_seed(self.seed_base, "oat-gen", actor_id, self.steps_done, rounds),
             )
             assign_advantages(episodes, args.advantage, gamma=args.gamma)
-            played += episodes
-            pool += [t for e in episodes if e.error is None for t in e.turns if t.response_ids]
-            totals["env_errors"] += stats.env_errors
-            totals["context_truncations"] += stats.context_truncations
-            totals["generate_time"] += stats.generate_seconds
-            totals["env_time"] += stats.env_seconds
+            trained = [[t for t in e.turns if t.response_ids] if e.error is None else [] for e in episodes]
             errors += stats.error_messages
-            rounds += 1
-        dropped = len(pool) - want
-        if dropped:
-            keep = sorted(self._rng.sample(range(len(pool)), want))
-            pool = [pool[i] for i in keep]
-        info = {f"actor/{k}": float(v) for k, v in episode_metrics(played).items() if k != "reward_std"}
-        info.update({f"actor/{k}": float(v) for k, v in totals.items()})
-        info["actor/rollout_rounds"] = float(rounds)
-        info["actor/turns_dropped"] = float(dropped)
+            if any(trained):
+                break
+        else:
+            raise RuntimeError(f"{MAX_ROUNDS} rounds of {len(seeds)} episodes on {args.env} gave no trainable turn "
+                               f"(env errors in the last: {stats.env_errors}; first: {errors[:2]})")
+        info = {f"actor/{k}": float(v) for k, v in episode_metrics(episodes).items() if k != "reward_std"}
+        info.update({
+            "actor/env_errors": float(stats.env_errors), "actor/context_truncations": float(stats.context_truncations),
+            "actor/generate_time": stats.generate_seconds, "actor/env_time": stats.env_seconds,
+            "actor/rollout_rounds": float(rounds + 1), "actor/turns_trained": float(sum(map(len, trained))),
+        })
         self.steps_done += 1
-        return [transition_from_turn(t, ignore_no_eos=args.ignore_no_eos, info=info) for t in pool], info
+        return [episode_data(turns, ignore_no_eos=args.ignore_no_eos, info=info) for turns in trained], info
 
     def evaluate_episodes(self, seeds: Sequence[int]) -> dict[str, float]:
         """Held-out episodes with Oat's eval sampling (--eval-temperature/top-p/top-k), no top-K."""

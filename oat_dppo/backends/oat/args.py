@@ -410,15 +410,6 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
     _config.env_options(cfg)  # --env-option syntax and reserved names, before any node would trip on them
     needs = requirements(build_trust_region(cfg))  # a bad strategy or parameter -> ConfigError
     K = needs.topk
-    if needs.trajectory_sequences and get_preset(args.env).multi_turn:
-        # Oat's learner receives turns as separate samples, without the episode each came from.
-        raise ConfigError(f"--trust-region {args.trust_region} decides per sequence, and on --backend oat a "
-                          "multi-turn episode's turns arrive as separate samples: add --tr-param sequence=turn "
-                          "(each turn its own sequence), or use --backend local for whole-episode sequences")
-    if args.mini_batch_unit == "episodes" and get_preset(args.env).multi_turn:
-        raise ConfigError(f"--mini-batch-unit episodes on {args.env}: on --backend oat a multi-turn episode's turns "
-                          "arrive as separate samples, so a step cannot take whole episodes; count turns "
-                          "(--train-batch-size), or use --backend local")
     if args.vllm_max_logprobs is None:
         args.vllm_max_logprobs = max(20, K)
     elif K > args.vllm_max_logprobs:
@@ -451,22 +442,23 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
         raise ConfigError(f"--rollout-batch-size {args.rollout_batch_size} must be a multiple of {world} learner GPUs x "
                           f"--rollout-batch-size-per-device {args.rollout_batch_size_per_device}")
     update_interval = args.rollout_batch_size // per_step
-    per_round = args.rollout_batch_size_per_device * args.num_samples * update_interval  # turns per learner
+    per_round = args.rollout_batch_size_per_device * args.num_samples * update_interval  # episodes per learner
     if args.pi_buffer_maxlen_per_device is None:
         args.pi_buffer_maxlen_per_device = per_round
     elif args.pi_buffer_maxlen_per_device < per_round:
         raise ConfigError(f"--pi-buffer-maxlen-per-device {args.pi_buffer_maxlen_per_device} would drop data: each "
-                          f"learner receives {per_round} turns per learning round (rollout prompts per device "
+                          f"learner receives {per_round} episodes per learning round (rollout prompts per device "
                           f"{args.rollout_batch_size_per_device} x group size {args.num_samples} x {update_interval} "
                           f"steps); set it to {per_round}")
     mb = args.train_batch_size_per_device
     if args.train_batch_size % (mb * world):
         raise ConfigError(f"--train-batch-size {args.train_batch_size} must be a multiple of "
                           f"--train-batch-size-per-device {mb} x {world} learner GPUs")
-    per_update = args.train_batch_size // world  # turns per optimizer step per learner
-    if per_round % per_update:
-        raise ConfigError(f"--train-batch-size {args.train_batch_size} must divide the {per_round * world} turns of a "
-                          f"learning round ({per_round} per learner) so that no optimizer step straddles two rounds")
+    per_update = args.train_batch_size // world  # turns (or episodes) per optimizer step per learner
+    counts_episodes = args.mini_batch_unit == "episodes" or not get_preset(args.env).multi_turn
+    if counts_episodes and per_round % per_update:  # a round's turns vary in a multi-turn env: no divisor
+        raise ConfigError(f"--train-batch-size {args.train_batch_size} must divide the {per_round * world} episodes of "
+                          f"a learning round ({per_round} per learner) so that every optimizer step is full")
 
     # -- what the program needs -------------------------------------------------------------------
     args.algo = "PPO" if isinstance(args.algo, str) else args.algo

@@ -1,5 +1,10 @@
 """What travels from the actor to the learner, and how it becomes a `TokenBatch`.
 
+The unit is the episode (`DPPOEpisodeData`, one per episode the actor played, a single-turn episode
+included): Oat's collector splits an actor's list evenly between its learners, so a fixed count of
+episodes (slots x group size) travels however many turns they hold, and every turn is trained. The
+learner's dataset unpacks each episode into its turns and keeps the episode of each row.
+
 Oat's `TransitionData` carries the sampled-token log-probs (`response_logprobs`); DPPO also needs the
 turn's advantage (computed in the actor by the shared `assign_advantages`, so group baselines see
 whole groups) and, for top-K strategies, mu's top-K. They travel as extra dataclass fields in compact
@@ -12,7 +17,7 @@ Imports Oat's types and dataset only (torch, no vLLM).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -33,8 +38,44 @@ class DPPOTransitionData(TransitionData):
     topk_logprobs: Optional[np.ndarray] = None  # [L, K+1] float32, -inf on unused slots
 
 
+@dataclass
+class DPPOEpisodeData(TransitionData):
+    """One episode: its trainable turns in order. The fields of `TransitionData` summarize it for Oat's
+    collector metrics (`actor/response_tok_len`: tokens sampled in the episode; `actor/avg_reward`: its
+    best turn's reward); the learner reads `turns`."""
+
+    turns: list = field(default_factory=list)  # [DPPOTransitionData], turns with a response
+
+
+def episode_data(turns: Sequence[Turn], *, ignore_no_eos: bool = False, info: dict | None = None) -> DPPOEpisodeData:
+    """A played episode's turns (advantages assigned) -> the item an Oat actor sends. Turns without a
+    response token (nothing to train) are left out; an episode that failed travels with no turn, so that
+    the actor's count of items stays exact."""
+    trained = [transition_from_turn(t, ignore_no_eos=ignore_no_eos) for t in turns if t.response_ids]
+    return DPPOEpisodeData(
+        prompt=trained[0].prompt if trained else "",
+        prompt_ids=list(trained[0].prompt_ids) if trained else [],
+        response="".join(t.response for t in trained),
+        response_ids=[i for t in trained for i in t.response_ids],
+        response_logprobs=[],
+        rewards=[float(t.reward) for t in turns] or [0.0],
+        info=dict(info or {}),
+        turns=trained,
+    )
+
+
+def episode_tokens(item: TransitionData) -> int:
+    """Prompt and response tokens the learner computes for an item (an episode's turns, or one turn)."""
+    return sum(len(t.prompt_ids) + len(t.response_ids) for t in turns_of(item))
+
+
+def turns_of(item: TransitionData) -> list:
+    """The transitions an item trains: an episode's turns, or the item itself (plain `TransitionData`)."""
+    return list(item.turns) if isinstance(item, DPPOEpisodeData) else [item]
+
+
 def transition_from_turn(turn: Turn, *, ignore_no_eos: bool = False, info: dict | None = None) -> DPPOTransitionData:
-    """A played turn (advantage assigned) -> the transition an Oat actor sends."""
+    """A played turn (advantage assigned) -> the transition an episode carries."""
     L = len(turn.response_ids)
     rewards = [0.0] * L
     if L:
@@ -57,21 +98,25 @@ def transition_from_turn(turn: Turn, *, ignore_no_eos: bool = False, info: dict 
 
 
 class DPPOTransitionDataset(TransitionDataset):
-    """Oat's dataset plus each item's advantage and top-K arrays (None where absent)."""
+    """Oat's dataset over the turns of the buffer's episodes (a plain `TransitionData` is an episode of
+    one turn), plus each turn's advantage, top-K arrays (None where absent) and episode (its item's
+    position in the buffer)."""
 
     EXTRA = ("advantage", "topk_ids", "topk_logprobs")
 
     def __init__(self, buffer: Sequence[Any], tokenizer, strategy, **kw) -> None:
-        super().__init__(buffer, tokenizer, strategy, **kw)
-        for item, src in zip(self.transitions, buffer):
+        turns = [(e, t) for e, item in enumerate(buffer) for t in turns_of(item)]
+        super().__init__([t for _, t in turns], tokenizer, strategy, **kw)
+        for item, (episode, src) in zip(self.transitions, turns):
             for name in self.EXTRA:
                 item[name] = getattr(src, name, None)
+            item["episode_id"] = episode
 
     def collate_fn(self, item_list):
         batch = super().collate_fn(item_list)
-        batch["advantages"] = [t["advantage"] for t in item_list]
-        batch["topk_ids"] = [t["topk_ids"] for t in item_list]
-        batch["topk_logprobs"] = [t["topk_logprobs"] for t in item_list]
+        for name, key in (("advantage", "advantages"), ("topk_ids", "topk_ids"), ("topk_logprobs", "topk_logprobs"),
+                          ("episode_id", "episode_ids")):
+            batch[key] = [t[name] for t in item_list]
         return batch
 
 

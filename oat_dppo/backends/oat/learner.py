@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -36,10 +37,11 @@ from oat.model import LLM
 from oat_dppo.agent import EVAL_KEYS, combine_eval
 from oat_dppo.backends.oat import cpu, supervise
 from oat_dppo.backends.oat.args import aggregation_of, resolve_on_node, to_train_config
-from oat_dppo.backends.oat.data import DPPOTransitionDataset, to_token_batch
+from oat_dppo.backends.oat.data import DPPOTransitionDataset, episode_tokens, to_token_batch, turns_of
 from oat_dppo.components import build_trust_region
 from oat_dppo.engine.base import pad_token_id
-from oat_dppo.learner import chunks, needs_pi_old, plan_steps, recompute_old_logp, run_update, use_mu_source
+from oat_dppo.learner import chunks, needs_pi_old, plan_update, recompute_old_logp, run_update, use_mu_source
+from oat_dppo.learner.balance import balance_by_tokens
 from oat_dppo.config import to_dict
 from oat_dppo.provenance import provenance
 from oat_dppo.rundir import RunDir, append_jsonl
@@ -78,32 +80,46 @@ class _SlotDataset(torch.utils.data.Dataset):
 
 
 class _DeepSpeedHooks:
-    """`UpdateHooks` over Oat's strategy: DeepSpeed's engine divides each backward by the number of
-    accumulation steps and must see `step()` after every micro-batch (it applies the optimizer only
-    at the accumulation boundary)."""
+    """`UpdateHooks` over Oat's strategy. DeepSpeed divides each backward by its configured accumulation
+    steps (undone here: the loss is normalized over the whole optimizer step already) and must see
+    `step()` after every micro-batch; the accumulation boundary is set by hand, because a step's
+    micro-batch count is the plan's (equal on every rank, `learner.loop.equalize_plan`), not the config's."""
 
     def __init__(self, learner: "DPPOLearner"):
         self.learner = learner
+        self.engine = learner.model.model if isinstance(learner.model, LLM) else learner.model
         self.acc_steps = learner.strategy.grad_acc_step
+        self.micro_batches = 0  # of the current optimizer step
         self.pending = 0  # micro-batches of the current optimizer step seen so far
+
+    def begin_step(self, micro_batches: int) -> None:
+        self.micro_batches, self.pending = micro_batches, 0
 
     def backward(self, loss: torch.Tensor) -> None:
         lr = self.learner
-        # The loss is normalized over the whole optimizer step already: undo DeepSpeed's division.
-        lr.strategy.backward(loss * self.acc_steps, lr.model, lr.optimizer)
         self.pending += 1
-        if self.pending < self.acc_steps:  # inside the step: DeepSpeed only counts the micro-batch
+        last = self.pending == self.micro_batches
+        self.engine.set_gradient_accumulation_boundary(last)  # before backward: ZeRO reduces there
+        lr.strategy.backward(loss * self.acc_steps, lr.model, lr.optimizer)
+        if not last:  # inside the step: DeepSpeed only counts the micro-batch
             lr.strategy.optimizer_step(lr.optimizer, lr.model, lr.scheduler)
 
     def step(self) -> float:
         lr = self.learner
-        if self.pending != self.acc_steps:
-            raise RuntimeError(f"an optimizer step of {self.pending} micro-batches, but DeepSpeed accumulates "
-                               f"{self.acc_steps}: the batch arithmetic that args.finalize checks was bypassed")
-        self.pending = 0
+        if self.pending != self.micro_batches:
+            raise RuntimeError(f"an optimizer step of {self.pending} micro-batches, planned {self.micro_batches}")
         norm = float(lr.strategy.get_gradient_norm(lr.model))
         lr.strategy.optimizer_step(lr.optimizer, lr.model, lr.scheduler)
+        self.engine.set_gradient_accumulation_boundary(None)  # DeepSpeed's own counting again
         return norm
+
+    def agree_max(self, counts: list[int]) -> list[int]:
+        if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+            return counts
+        device = "cuda" if torch.cuda.is_available() else "cpu"  # NCCL reduces CUDA tensors only
+        t = torch.tensor(counts, dtype=torch.int64, device=device)  # [n]
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return [int(c) for c in t.tolist()]
 
     def normalizers(self, tokens: float, sequences: float) -> tuple[float, float]:
         """DeepSpeed averages the learners' gradients: normalize by the mean count over learner ranks
@@ -146,6 +162,22 @@ class MetricsFile:
             self.inner.finish()
 
 
+def balance_episodes(mine: list) -> list:
+    """This rank's episodes after the round's episodes are spread over the learner ranks by tokens
+    (`learner.balance`): every rank computes the same assignment from everyone's token counts, and the
+    episodes that change rank travel in one all-gather. Each rank keeps its count of episodes."""
+    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+        return mine
+    world, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
+    tokens = [None] * world
+    torch.distributed.all_gather_object(tokens, [episode_tokens(e) for e in mine])
+    dest = balance_by_tokens(tokens)
+    moving = [None] * world
+    torch.distributed.all_gather_object(moving, [(d, e) for d, e in zip(dest[rank], mine) if d != rank])
+    kept = [e for d, e in zip(dest[rank], mine) if d == rank]
+    return kept + [e for r in range(world) if r != rank for d, e in moving[r] if d == rank]
+
+
 def run_config(args) -> dict:
     """What the run's config.json holds (the file a local run writes too): the run as the local backend's
     options, as resolved on this node, then every Oat argument under `_oat`, and the machine's provenance."""
@@ -167,6 +199,8 @@ class DPPOLearner(PPOLearner):
         self.dataset_builder = DPPOTransitionDataset
         self.trust_region = build_trust_region(to_train_config(args))
         self.topk = requirements(self.trust_region).topk
+        self.trajectory_sequences = requirements(self.trust_region).trajectory_sequences
+        self._optimizer_steps = 0
         self.aggregation = aggregation_of(args)
         # Oat's drgrpo aggregation: masked_sum / generate_max_length.
         self.constant_length = args.generate_max_length if self.aggregation == "seq_sum_constant_length" else None
@@ -190,6 +224,17 @@ class DPPOLearner(PPOLearner):
             self.prompts_dataset, args.rollout_batch_size_per_device, pin_memory=False, shuffle=False
         )
         self.eval_prompts_dataloader = torch.utils.data.DataLoader(self.eval_prompts_dataset, batch_size=1)
+
+    # -- a learning round: the episodes balanced over the ranks, then the step --------------------------
+    def learn(self, learning_round: int):
+        """Oat's round over this rank's buffer of episodes, after spreading the round's episodes over the
+        learner ranks by tokens (`balance_episodes`). Oat counts `policy_sgd_step` from rows; here it
+        advances by the optimizer steps the round took."""
+        self.pi_buffer = deque(balance_episodes(list(self.pi_buffer)), maxlen=self.pi_buffer.maxlen)
+        before, self._optimizer_steps = self.policy_sgd_step, 0
+        info = super().learn(learning_round)
+        self.policy_sgd_step = before + self._optimizer_steps
+        return info
 
     # -- the learning step ---------------------------------------------------------------------------
     def learning_step(self, trajectory):
@@ -218,11 +263,17 @@ class DPPOLearner(PPOLearner):
         batch.response_mask = batch.response_mask & trained_rows[:, None]  # Oat's loss_masks
 
         hooks = _DeepSpeedHooks(self)
-        plan = plan_steps(B, epochs=args.num_ppo_epochs, step_rows=mb * hooks.acc_steps, micro_rows=mb,
-                          permutation=np.random.permutation)  # Oat's shuffle (and its RNG stream)
+        lengths = batch.attention_mask.sum(-1).tolist()  # [B]
+        plan, sequence_ids = plan_update(  # Oat's shuffle (and its RNG stream), no sorting: stock Oat's rows
+            lengths, trajectory["episode_ids"], trajectory_sequences=self.trajectory_sequences,
+            mini_batch_unit=args.mini_batch_unit, epochs=args.num_ppo_epochs, step_rows=mb * hooks.acc_steps,
+            micro_rows=mb, permutation=np.random.permutation, sort_by_length=False)
+        if sequence_ids is not None:
+            batch.sequence_ids = torch.tensor(sequence_ids, dtype=torch.long)  # [B]
         metrics = run_update(policy, batch, plan, self.trust_region, hooks, device=device,
                              aggregation=self.aggregation, constant_length=self.constant_length,
                              logits_chunk_tokens=args.logits_chunk_tokens)
+        self._optimizer_steps += int(metrics["optimizer_steps"])
         infos = {k: torch.tensor(float(v)) for k, v in metrics.items()}
         infos["recompute_s"] = torch.tensor(recompute_s)
         infos["adv_mean"] = adv_stats.mean()
@@ -256,7 +307,7 @@ class DPPOLearner(PPOLearner):
 
     def _sync_probe_tokens(self) -> tuple[list[int], list[int]] | None:
         """(prompt ids, response ids) of the first turn with a response in this round's buffer."""
-        for t in self.pi_buffer:
+        for t in (t for item in self.pi_buffer for t in turns_of(item)):
             if len(t.response_ids):
                 return [int(i) for i in t.prompt_ids], [int(i) for i in t.response_ids]
         return None
