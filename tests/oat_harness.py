@@ -22,7 +22,7 @@ What stands in for what:
   ``stage3_param_persistence_threshold`` to 0 (DeepSpeed's default keeps every parameter under
   100k elements gathered after first use: all of a tiny model's), so every module gathers its
   weights on entry and releases them on exit, in forward, backward and checkpoint recomputes. Read
-  parameters with `gathered_params`. Clients' non-Adam optimizers are allowed there
+  parameters with `gathered_params`. Clients' non-Adam optimizers are allowed under ZeRO 2 and 3
   (``zero_allow_untested_optimizer``: the exact-update tests use SGD).
 * LoRA (``args.lora_rank > 0``): Oat's ``LLM`` wraps the loaded model with PEFT itself.
 * optimizer: ``torch.optim.AdamW`` over Oat's own ``get_optimizer_grouped_parameters`` (what Oat's
@@ -252,8 +252,8 @@ def make_stock_learner(
                                  train_batch_size_per_device=args.train_batch_size_per_device,
                                  train_batch_size=args.train_batch_size, zero_stage=args.zero_stage, bf16=False,
                                  fp16=False, args=args)
-    if args.zero_stage == 3:
-        strategy.get_ds_train_config = _partition_everything(strategy.get_ds_train_config)
+    if args.zero_stage:
+        strategy.get_ds_train_config = _zero_config(strategy.get_ds_train_config, args.zero_stage)
     if args.zero_stage == 3 or args.lora_rank > 0:
         policy = _load_as_oat_does(hf_model, args, strategy)
         hf_model = policy.model  # the partitioned copy (a PeftModel with LoRA)
@@ -318,11 +318,13 @@ def zero3_linear_undone():
             del holder.linear_bk
 
 
-def _partition_everything(get_ds_train_config):
-    """Oat's ZeRO-3 config with no persistent parameters (the module docstring says why)."""
+def _zero_config(get_ds_train_config, stage: int):
+    """Oat's ZeRO config with the client's optimizer allowed (the exact-update tests use SGD) and, under
+    ZeRO-3, no persistent parameters (the module docstring says why)."""
     def config(is_wrapped):
         cfg = get_ds_train_config(is_wrapped)
-        cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+        if stage == 3:
+            cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0
         cfg["zero_allow_untested_optimizer"] = True
         return cfg
     return config

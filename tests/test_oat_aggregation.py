@@ -82,3 +82,60 @@ def test_per_rank_token_counts_miss_the_single_rank_step(steps):
     ref, wrong = single[("token_mean", "fixed")], two[("token_mean", "per_rank")]
     assert _max_diff(ref["params"], wrong["params"]) > 100 * TOLERANCE
     assert abs(wrong["grad_norm"] - ref["grad_norm"]) > 1e-2 * ref["grad_norm"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole episodes of unequal length on the ranks (tests/helpers/oat_episode_ranks.py)
+# ---------------------------------------------------------------------------------------------
+
+EPISODE_HELPER = Path(__file__).parent / "helpers" / "oat_episode_ranks.py"
+
+
+def _episode_ranks(world: int, out: Path) -> None:
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(EPISODE_HELPER), str(r), str(world), str(port), str(out)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    for p in procs:
+        text, _ = p.communicate(timeout=900)  # a rank waiting on a collective the other never joins: no end
+        assert p.returncode == 0, text[-4000:]
+
+
+@pytest.fixture(scope="module")
+def episode_rounds(tmp_path_factory):
+    out = tmp_path_factory.mktemp("episodes")
+    _episode_ranks(1, out)
+    _episode_ranks(2, out)
+    turns = [torch.load(out / f"turns2_{r}.pt") for r in range(2)]
+    return torch.load(out / "world1.pt"), torch.load(out / "world2.pt"), turns
+
+
+def test_the_ranks_episodes_differ_4x_in_tokens_and_balancing_evens_them(episode_rounds):
+    _, _, tokens = episode_rounds
+    short, long = tokens[0][(0, "unbalanced")], tokens[1][(0, "unbalanced")]
+    assert long > 3 * short, (short, long)  # as the actors sent them
+    short, long = tokens[0][(0, "balanced")], tokens[1][(0, "balanced")]
+    assert max(short, long) < 1.3 * min(short, long), (short, long)  # after the trade by tokens
+
+
+ZERO3_PADDING = pytest.mark.xfail(strict=True, reason=(
+    "known defect: under ZeRO-3 with 2 micro-batches per accumulation, a rank that pads its step with empty "
+    "micro-batches ends with corrupt weights (docs/oat.md); with 1 or 4 per accumulation the step matched"))
+
+
+@pytest.mark.parametrize("stage, variant", [(0, "balanced"), (2, "balanced"), (3, "balanced"), (0, "unbalanced"),
+                                            (2, "unbalanced"), pytest.param(3, "unbalanced", marks=ZERO3_PADDING)])
+def test_two_ranks_of_unequal_episodes_take_the_single_rank_step(episode_rounds, stage, variant):
+    single, two, _ = episode_rounds
+    ref, got = single["saved"][(stage, variant)], two["saved"][(stage, variant)]
+    assert _max_diff(ref["params"], got["params"]) < TOLERANCE
+    assert got["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-4)
+
+
+def test_several_steps_of_unequal_micro_batches_end_on_every_rank(episode_rounds):
+    """Steps of 2 episodes (1 turn against 4 on a rank): every rank ends with the same optimizer steps."""
+    _, two, _ = episode_rounds
+    for stage in (0, 2, 3):
+        steps = [rank[(stage, "steps")] for rank in two["steps_per_rank"]]
+        assert steps[0] == steps[1] == 4.0, (stage, steps)

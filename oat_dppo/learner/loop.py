@@ -249,8 +249,8 @@ def run_update(
     training-inference mismatch alone (`prob_diff_*` also hold the later steps' policy drift).
 
     The plan is first padded so that every rank runs as many steps and micro-batches as the others
-    (`equalize_plan`): an empty micro-batch runs one row of the batch with no token trained (a loss of
-    0 whose backward still takes part in the ranks' collectives)."""
+    (`equalize_plan`): an empty micro-batch runs one row of the batch with its loss multiplied by 0 (a
+    backward that changes no gradient but takes part in the ranks' collectives)."""
     plan = equalize_plan(plan, hooks.agree_max)
     acc = MetricAccumulator()
     before_update = MetricAccumulator()  # the first step's micro-batches: no optimizer step yet
@@ -263,9 +263,9 @@ def run_update(
         step_loss = 0.0
         hooks.begin_step(len(step))
         for micro in step:
+            # An empty micro-batch (this rank's share of the step is spent) runs row 0 as any pass runs,
+            # the same modules in the same order (ZeRO-3 gathers each on entry), and trains on 0 x its loss.
             mb = batch.rows(micro or [0]).to(device)
-            if not micro:  # this rank's share of the step is spent: a pass that trains nothing
-                mb.response_mask = torch.zeros_like(mb.response_mask)
             loss, metrics = trust_region_loss(
                 model, mb, trust_region, aggregation=aggregation, constant_length=constant_length,
                 num_tokens=n_tok, num_sequences=n_seq, logits_chunk_tokens=logits_chunk_tokens,

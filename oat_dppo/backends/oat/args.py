@@ -23,8 +23,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-import typing
 import warnings
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional
 
 import tyro
@@ -73,91 +73,14 @@ LOCAL_ONLY: dict[str, tuple[bool, str]] = {
     "deterministic": (True, "Oat's actors (vLLM 0.8.4, which has no batch-invariant kernels) and DeepSpeed "
                             "learners run in processes Oat launches, and nothing here pins their kernels"),
 }
-#: Own options whose default differs here: None means "derive it from Oat's settings" (finalize).
-OWN_DEFAULTS: dict[str, Any] = {
-    "episodes_per_iteration": None,  # -> rollout_batch_size x num_samples
-    "iterations": None,  # -> Oat's max_train
-    "aggregation": None,  # -> from --critic-type (drgrpo: seq_sum_constant_length)
-    "log": None,  # Oat logs to stdout, and to wandb with --use-wb (or --log wandb)
-    "dtype": None,  # -> Oat's --bf16 / --fp16
-    "logits_chunk_tokens": None,  # -> the local default, or 0 under ZeRO-3 with LoRA
-    "engine": "vllm",
-}
-#: Oat fields re-declared with the project's default: name -> (type or None to keep Oat's, default, help).
-OAT_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
-    "gpus": (Optional[int], None, "GPUs in all (split between vLLM actors and DeepSpeed learners as Oat splits them: "
-             "half and half, one actor per learner). Default: every visible GPU. Without CUDA it counts processes on "
-             "this machine's cores instead (default 2: one actor, one learner); see docs/oat.md."),
-    "pretrain": (None, "Qwen/Qwen3-1.7B-Base", "Policy: a Hugging Face id or local path (vLLM loads it too)."),
-    "learning_rate": (None, TrainConfig.learning_rate, "Learning rate, the same default as the local backend's "
-                      "(Oat's own default is 5e-7): one command line, one run."),
-    "generate_max_length": (Optional[int], None, "Response token budget per turn (default: the environment's "
-                            "preset, 4096 for GEM ids)."),
-    "eval_generate_max_length": (Optional[int], None, "Token budget per evaluation turn (default: "
-                                 "--generate-max-length)."),
-    "gamma": (Optional[float], None, "Discount over turns (default: the environment's preset: 0.9 for games, "
-              "1.0 otherwise)."),
-    "num_samples": (None, 1, "Episodes per start state (same seed), as --group-size on the local backend; >1 "
-                    "enables group baselines (--advantage group)."),
-    "tis_c": (None, None, "Oat's truncated IS (pi_old/mu clamped at tis_c). Off for DPPO: with --mu-source rollout "
-              "the weight is already pi/mu (truncate it with --C); only meaningful with --mu-source recompute."),
-    "beta": (None, 0.0, "KL-to-reference coefficient. Must be 0: the DPPO learner has no reference model (the "
-             "paper's runs use 0)."),
-    "cliprange": (Optional[float], None, "Oat's PPO clip: for ppo_clip strategies, sets --eps-low and --eps-high "
-                  "when they are not given."),
-    "use_fused_lm_head": (None, False, "Unused by the DPPO learner: it computes log pi (and pi on mu's top-K ids) "
-                          "with the LM head applied only at response positions, in checkpointed blocks of "
-                          "--logits-chunk-tokens: never a [B, T, V] tensor."),
-    "pi_buffer_maxlen_per_device": (Optional[int], None, "Turns a learner buffers per learning round (default: "
-                                    "exactly one round: rollout-batch-size-per-device x group size x steps per "
-                                    "update)."),
-    "lr_scheduler": (None, "constant", "Learning-rate schedule (constant: as the local backend and GEM's/Oat's RL "
-                     "scripts; Oat sizes decaying schedules by prompt count, not by optimizer steps)."),
-    "seed": (None, TrainConfig.seed, "Random seed, the local backend's default (Oat's own is 42): the same command "
-             "line starts from the same tiny model and the same episodes' seeds on both backends."),
-    "eval_temperature": (None, TrainConfig.eval_temperature, "Sampling temperature of held-out evaluations, the "
-                         "local backend's default and meaning: 1 samples the policy as it is trained; 0 is greedy "
-                         "(Oat's own default)."),
-    "algo": (None, "PPO", "Fixed to PPO for this backend."),
-    "oracle": (None, "", "Unused: rewards come from the environments."),
-    "prompt_data": (None, "", "Unused: prompts come from the environments."),
-}
-#: Help for own options whose meaning on Oat needs saying.
-OWN_HELP: dict[str, str] = {
-    "episodes_per_iteration": "Episodes per learning round over all actors: sets --rollout-batch-size to this / "
-                              "--group-size, split evenly over the learners (default: --rollout-batch-size x "
-                              "--group-size).",
-    "iterations": "Learning rounds (rollout + update); default: until Oat's --max-train turns.",
-    "aggregation": "Loss aggregation (default: from --critic-type: drgrpo -> seq_sum_constant_length, Oat's "
-                   "masked_sum / generate_max_length; grpo -> seq_mean_token_mean).",
-    "log": "wandb: log to Weights & Biases (as --use-wb). Oat always logs to stdout.",
-    "dtype": "bfloat16 / float16 / float32: sets Oat's --bf16 / --fp16 (default: Oat's --bf16 on GPUs and on CPUs "
-             "with native bf16; float32 on other CPUs, as the local backend).",
-    "eval_episodes": "Held-out episodes per evaluation (every --eval-steps steps), split over the actors; 0: none.",
-    "logits_chunk_tokens": "Response tokens per LM-head block: a block's [tokens, vocab] logits are recomputed in "
-                           "backward (activation checkpointing) instead of kept for the whole micro-batch; 0: one "
-                           f"block. Default {TrainConfig.logits_chunk_tokens}, but 0 with --zero-stage 3 and "
-                           "--lora-rank: DeepSpeed 0.16.8 partitions the frozen LM head again before the recompute "
-                           "(deepspeedai/DeepSpeed#8148).",
-    "vllm_max_logprobs": "vLLM's max_logprobs (top-K strategies record K log-probs per token; default max(20, K)).",
-    "check_sync": "After every weight sync, check it (learner rank 0, one sequence of the round): the first "
-                  "actor's log-probs of the sequence's response before and after the sync against the learner's, "
-                  "and a digest of the actor's weights; logged as sync/... auto: on where the learner runs without CUDA "
-                  "(the CPU verification run; the digest reads every weight), off on GPUs. Not with --zero-stage 3 "
-                  "or --asynchronous.",
-}
-#: Options of this backend alone (no local counterpart): name -> type (default None).
-OAT_ONLY_OWN: dict[str, tuple[Any, Any]] = {"vllm_max_logprobs": (Optional[int], None),
-                                            "check_sync": (Literal["auto", "on", "off"], "auto")}
-
 
 # ---------------------------------------------------------------------------------------------
 # The class
 # ---------------------------------------------------------------------------------------------
 
 
-def _oat_base() -> tuple[type | None, str | None]:
-    """(Oat's argument class, why it is not PPOArgs): PPOArgs, else OATArgs, else None."""
+def _oat_base() -> tuple[type, str | None]:
+    """(Oat's argument class, why it is not PPOArgs): PPOArgs, else OATArgs, else an empty class."""
     try:
         from oat.algorithms.ppo import PPOArgs  # imports vLLM (and torch, deepspeed)
 
@@ -169,90 +92,178 @@ def _oat_base() -> tuple[type | None, str | None]:
 
         return OATArgs, f"oat.algorithms.ppo does not import here ({why})"
     except ImportError as e:
-        return None, f"oat-llm is not installed ({type(e).__name__}: {e})"
-
-
-def _bare(t: Any) -> tuple[Any, tuple[str, ...], tuple[Any, ...]]:
-    """(the type, its tyro aliases, its other tyro markers) of a possibly annotated hint:
-    `Annotated[T, tyro.conf.arg(aliases=...), tyro.conf.UseAppendAction]` gives (T, aliases,
-    (UseAppendAction,)). The markers carry over: without UseAppendAction a repeated
-    `--env-option` keeps only its last value."""
-    if typing.get_origin(t) is Annotated:
-        aliases: tuple[str, ...] = ()
-        markers: tuple[Any, ...] = ()
-        for meta in t.__metadata__:
-            if isinstance(meta, type(tyro.conf.arg())):
-                aliases += tuple(meta.aliases or ())
-            else:
-                markers += (meta,)
-        return t.__origin__, aliases, markers
-    return t, (), ()
-
-
-def _arg(t: Any, help: str, aliases: tuple[str, ...] = (), markers: tuple[Any, ...] = ()) -> Any:
-    return Annotated[(t, tyro.conf.arg(help=help or None, aliases=tuple(dict.fromkeys(aliases)) or None), *markers)]
-
-
-def _help(f: dataclasses.Field) -> str:
-    return f.metadata.get("help", "") if f.metadata else ""
-
-
-def _build(base: type | None) -> type:
-    """`DPPOArgs` on top of `base` (Oat's class; None: the local options alone)."""
-    base_fields = {f.name: f for f in dataclasses.fields(base)} if base is not None else {}
-    base_hints = typing.get_type_hints(base, include_extras=True) if base is not None else {}
-    train_hints = typing.get_type_hints(TrainConfig, include_extras=True)
-    aliases_of: dict[str, tuple[str, ...]] = {}
-    for ours, theirs in OAT_NAMES.items():
-        aliases_of[theirs] = aliases_of.get(theirs, ()) + ("--" + ours.replace("_", "-"),)
-
-    spec: list[tuple] = []
-    # Oat fields that get an alias or the project's default (they keep their place in Oat's order).
-    for name, f in base_fields.items():
-        if name not in aliases_of and name not in OAT_DEFAULTS:
-            continue
-        t, old_aliases, markers = _bare(base_hints[name])
-        typ, default, help_ = OAT_DEFAULTS.get(name, (None, dataclasses.MISSING, ""))
-        help_ = help_ or _help(f)
-        meta = {"help": help_}
-        if default is dataclasses.MISSING:
-            field = dataclasses.field(default=f.default, metadata=meta) if f.default is not dataclasses.MISSING else \
-                dataclasses.field(default_factory=f.default_factory, metadata=meta)
-        else:
-            field = dataclasses.field(default=default, metadata=meta)
-        spec.append((name, _arg(typ or t, help_, old_aliases + aliases_of.get(name, ()), markers), field))
-    # The local backend's options that Oat lacks.
-    for f in dataclasses.fields(TrainConfig):
-        if f.name in OAT_NAMES or f.name in base_fields:
-            continue
-        t, aliases, markers = _bare(train_hints[f.name])
-        default = OWN_DEFAULTS.get(f.name, f.default)
-        if default is None and f.default is not None and typing.get_origin(t) is not typing.Union:
-            t = Optional[t]
-        help_ = OWN_HELP.get(f.name) or _help(f)
-        if f.name in LOCAL_ONLY:
-            refused, why = LOCAL_ONLY[f.name]
-            help_ = f"[local backend only: {'refused' if refused else 'ignored'} here: {why}] " + help_
-        spec.append((f.name, _arg(t, help_, aliases, markers),
-                     dataclasses.field(default=default, metadata={"help": help_})))
-    for name, (typ, default) in OAT_ONLY_OWN.items():
-        help_ = OWN_HELP[name]
-        spec.append((name, _arg(typ, help_), dataclasses.field(default=default, metadata={"help": help_})))
-
-    cls = dataclasses.make_dataclass("DPPOArgs", spec, bases=(base,) if base is not None else ())
-    # launchpad pickles the args into every node: the class must be found by reference.
-    cls.__module__ = __name__
-    cls.__qualname__ = "DPPOArgs"
-    cls.__doc__ = (
-        "Train an LLM agent with a pluggable trust region on Oat (vLLM actors, DeepSpeed learners).\n\n"
-        "The local backend's options (env, template, trust region) keep their names; Oat's own options "
-        "follow. See docs/gpu.md."
-    )
-    return cls
+        return dataclasses.make_dataclass("NoOat", []), f"oat-llm is not installed ({type(e).__name__}: {e})"
 
 
 OatArgs, OAT_ARGS_MISSING = _oat_base()
-DPPOArgs = _build(OatArgs)
+_LOCAL = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_SAME = object()
+
+
+def _ours(name: str, default: Any = _SAME, help: str | None = None) -> Any:
+    """The local option `name` as a field of DPPOArgs: its default (unless `default`: None derives it from
+    Oat's settings in `finalize`) and its help, marked where the option is local-backend only."""
+    f = _LOCAL[name]
+    help = help or f.metadata["help"]
+    if name in LOCAL_ONLY:
+        refused, why = LOCAL_ONLY[name]
+        help = f"[local backend only: {'refused' if refused else 'ignored'} here: {why}] " + help
+    if default is _SAME and f.default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=f.default_factory, metadata={"help": help})
+    return dataclasses.field(default=f.default if default is _SAME else default, metadata={"help": help})
+
+
+def _theirs(default: Any, help: str = "", ours: str | None = None) -> Any:
+    """An Oat field re-declared with the project's default, or with the local option `ours` as an alias (whose
+    help it takes unless `help` is given)."""
+    return dataclasses.field(default=default, metadata={"help": help or _LOCAL[ours].metadata["help"]})
+
+
+def _alias(name: str):
+    return tyro.conf.arg(aliases=(name,))
+
+
+_Append = tyro.conf.UseAppendAction
+
+
+@dataclass
+class DPPOArgs(OatArgs):
+    """Train an LLM agent with a pluggable trust region on Oat (vLLM actors, DeepSpeed learners).
+
+    The local backend's options (env, template, trust region) keep their names; Oat's own options follow.
+    See docs/gpu.md."""
+
+    # ---- Oat's fields, under the local backend's names too, some with the project's defaults ----------
+    gpus: Optional[int] = _theirs(None, "GPUs in all (split between vLLM actors and DeepSpeed learners as Oat "
+                                  "splits them: half and half, one actor per learner). Default: every visible GPU. "
+                                  "Without CUDA it counts processes on this machine's cores instead (default 2: one "
+                                  "actor, one learner); see docs/oat.md.")
+    pretrain: Annotated[str, _alias("--model")] = _theirs(
+        "Qwen/Qwen3-1.7B-Base", "Policy: a Hugging Face id or local path (vLLM loads it too).")
+    learning_rate: float = _theirs(TrainConfig.learning_rate, "Learning rate, the same default as the local "
+                                   "backend's (Oat's own default is 5e-7): one command line, one run.")
+    generate_max_length: Annotated[Optional[int], _alias("--max-new-tokens")] = _theirs(
+        None, "Response token budget per turn (default: the environment's preset, 4096 for GEM ids).")
+    eval_generate_max_length: Optional[int] = _theirs(None, "Token budget per evaluation turn (default: "
+                                                      "--generate-max-length).")
+    gamma: Optional[float] = _theirs(None, "Discount over turns (default: the environment's preset: 0.9 for "
+                                     "games, 1.0 otherwise).")
+    num_samples: Annotated[int, _alias("--group-size")] = _theirs(
+        1, "Episodes per start state (same seed), as --group-size on the local backend; >1 enables group "
+        "baselines (--advantage group).")
+    tis_c: Optional[float] = _theirs(None, "Oat's truncated IS (pi_old/mu clamped at tis_c). Off for DPPO: with "
+                                     "--mu-source rollout the weight is already pi/mu (truncate it with --C); only "
+                                     "meaningful with --mu-source recompute.")
+    beta: float = _theirs(0.0, "KL-to-reference coefficient. Must be 0: the DPPO learner has no reference model "
+                          "(the paper's runs use 0).")
+    cliprange: Optional[float] = _theirs(None, "Oat's PPO clip: for ppo_clip strategies, sets --eps-low and "
+                                         "--eps-high when they are not given.")
+    use_fused_lm_head: bool = _theirs(False, "Unused by the DPPO learner: it computes log pi (and pi on mu's "
+                                      "top-K ids) with the LM head applied only at response positions, in "
+                                      "checkpointed blocks of --logits-chunk-tokens: never a [B, T, V] tensor.")
+    pi_buffer_maxlen_per_device: Optional[int] = _theirs(
+        None, "Episodes a learner buffers per learning round (default: exactly one round: "
+        "rollout-batch-size-per-device x group size x steps per update).")
+    lr_scheduler: Literal["cosine_with_min_lr", "polynomial", "constant"] = _theirs(
+        "constant", "Learning-rate schedule (constant: as the local backend and GEM's/Oat's RL scripts; Oat sizes "
+        "decaying schedules by prompt count, not by optimizer steps).")
+    seed: int = _theirs(TrainConfig.seed, "Random seed, the local backend's default (Oat's own is 42): the same "
+                        "command line starts from the same tiny model and the same episodes' seeds on both backends.")
+    eval_temperature: float = _theirs(TrainConfig.eval_temperature, "Sampling temperature of held-out "
+                                      "evaluations, the local backend's default and meaning: 1 samples the policy as "
+                                      "it is trained; 0 is greedy (Oat's own default).")
+    algo: str = _theirs("PPO", "Fixed to PPO for this backend.")
+    oracle: str = _theirs("", "Unused: rewards come from the environments.")
+    prompt_data: str = _theirs("", "Unused: prompts come from the environments.")
+    train_batch_size: Annotated[int, _alias("--mini-batch-size")] = _theirs(
+        128, "Turns (or episodes: --mini-batch-unit) per optimizer step over all learners.")
+    train_batch_size_per_device: Annotated[int, _alias("--micro-batch-size")] = _theirs(
+        1, "Turns per forward/backward on each learner; gradients accumulate up to the step.")
+    max_norm: Annotated[float, _alias("--max-grad-norm")] = _theirs(1.0, ours="max_grad_norm")
+    save_path: Annotated[str, _alias("--run-dir")] = _theirs("./oat-output", "Where Oat writes the run: logs, "
+                                                             "metrics.jsonl, config.json, checkpoints.")
+    eval_steps: Annotated[int, _alias("--eval-every")] = _theirs(20, ours="eval_every")
+    save_steps: Annotated[int, _alias("--save-every")] = _theirs(-1, "Checkpoint every N learning rounds "
+                                                                 "(-1: never).")
+    wb_project: Annotated[str, _alias("--wandb-project")] = _theirs("oat-llm", ours="wandb_project")
+    vllm_gpu_ratio: Annotated[float, _alias("--vllm-gpu-memory-utilization")] = _theirs(
+        0.25, "Share of each actor GPU's memory vLLM takes.")
+
+    # ---- the local backend's options that Oat lacks (same names, defaults and help) -------------------
+    env: str = _ours("env")
+    math_data: Optional[str] = _ours("math_data")
+    math_question_key: str = _ours("math_question_key")
+    math_answer_key: str = _ours("math_answer_key")
+    max_turns: Optional[int] = _ours("max_turns")
+    format_penalty: float = _ours("format_penalty")
+    env_option: Annotated[tuple[str, ...], _Append] = _ours("env_option")
+    template: str = _ours("template")
+    system_prompt: Optional[str] = _ours("system_prompt")
+    response_prefix: str = _ours("response_prefix")
+    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = _ours(
+        "dtype", None, "bfloat16 / float16 / float32: sets Oat's --bf16 / --fp16 (default: Oat's --bf16 on GPUs and "
+        "on CPUs with native bf16; float32 on other CPUs, as the local backend).")
+    trainable_layers: int = _ours("trainable_layers")
+    episodes_per_iteration: Optional[int] = _ours(
+        "episodes_per_iteration", None, "Episodes per learning round over all actors: sets --rollout-batch-size to "
+        "this / --group-size, split evenly over the learners (default: --rollout-batch-size x --group-size).")
+    engine: _config.EngineChoice = _ours("engine", "vllm")
+    engine_dtype: Annotated[_config.EngineDtype, _alias("--vllm-dtype")] = _ours("engine_dtype")
+    vllm_head_dtype: Optional[Literal["float32"]] = _ours("vllm_head_dtype")
+    vllm_enforce_eager: bool = _ours("vllm_enforce_eager")
+    trust_region: str = _ours("trust_region")
+    delta: Optional[float] = _ours("delta")
+    eps_low: Optional[float] = _ours("eps_low")
+    eps_high: Optional[float] = _ours("eps_high")
+    alpha: Optional[float] = _ours("alpha")
+    direction: Optional[_config.Direction] = _ours("direction")
+    clip_c: Annotated[Optional[float], _alias("--C")] = _ours("clip_c")
+    anchor: Optional[_config.AnchorChoice] = _ours("anchor")
+    topk: Optional[int] = _ours("topk")
+    tr_param: Annotated[tuple[str, ...], _Append] = _ours("tr_param")
+    mu_source: Literal["rollout", "recompute"] = _ours("mu_source")
+    lr_schedule: Literal["constant", "linear", "cosine"] = _ours("lr_schedule")
+    lr_warmup_iterations: int = _ours("lr_warmup_iterations")
+    mini_batch_unit: Literal["turns", "episodes"] = _ours("mini_batch_unit")
+    logits_chunk_tokens: Optional[int] = _ours(
+        "logits_chunk_tokens", None, "Response tokens per LM-head block: a block's [tokens, vocab] logits are "
+        "recomputed in backward (activation checkpointing) instead of kept for the whole micro-batch; 0: one block. "
+        f"Default {TrainConfig.logits_chunk_tokens}, but 0 with --zero-stage 3 and --lora-rank: DeepSpeed 0.16.8 "
+        "partitions the frozen LM head again before the recompute (deepspeedai/DeepSpeed#8148).")
+    aggregation: Optional[_config.Aggregation] = _ours(
+        "aggregation", None, "Loss aggregation (default: from --critic-type: drgrpo -> seq_sum_constant_length, "
+        "Oat's masked_sum / generate_max_length; grpo -> seq_mean_token_mean).")
+    advantage: _config.AdvantageMode = _ours("advantage")
+    iterations: Optional[int] = _ours("iterations", None, "Learning rounds (rollout + update); default: until "
+                                      "Oat's --max-train episodes.")
+    deterministic: bool = _ours("deterministic")
+    resume: Optional[str] = _ours("resume")
+    eval_episodes: int = _ours("eval_episodes", help="Held-out episodes per evaluation (every --eval-steps "
+                               "steps), split over the actors; 0: none.")
+    keep_checkpoint: bool = _ours("keep_checkpoint")
+    log_episodes: int = _ours("log_episodes")
+    log: Optional[_config.LogTo] = _ours("log", None, "wandb: log to Weights & Biases (as --use-wb). Oat always "
+                                         "logs to stdout.")
+    backend: _config.Backend = _ours("backend")
+    device: str = _ours("device")
+    threads: int = _ours("threads")
+    progress: bool = _ours("progress")
+
+    # ---- this backend's own --------------------------------------------------------------------------
+    vllm_max_logprobs: Optional[int] = dataclasses.field(default=None, metadata={"help": (
+        "vLLM's max_logprobs (top-K strategies record K log-probs per token; default max(20, K)).")})
+    check_sync: Literal["auto", "on", "off"] = dataclasses.field(default="auto", metadata={"help": (
+        "After every weight sync, check it (learner rank 0, one sequence of the round): the first actor's "
+        "log-probs of the sequence's response before and after the sync against the learner's, and a digest of "
+        "the actor's weights; logged as sync/... auto: on where the learner runs without CUDA (the CPU "
+        "verification run; the digest reads every weight), off on GPUs. Not with --zero-stage 3 or "
+        "--asynchronous.")})
+
+
+#: Options whose default here differs from the local one (None: derived from Oat's settings in `finalize`).
+OWN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(DPPOArgs)
+                                if f.name in _LOCAL and f.default != _LOCAL[f.name].default
+                                and f.default_factory is dataclasses.MISSING}
 
 
 def parse(argv: list[str]) -> Any:
