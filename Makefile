@@ -148,8 +148,7 @@ endef
 # Oat's program learning in every shape (1+1, 2+2; ZeRO-2, ZeRO-3) beside the local backend, and a learner
 # that does not learn: the curves behind docs/oat.md#the-program-learns (about 15 minutes on 2 cores).
 oat-learning: setup-oat
-	$(OAT_PY) -m pytest -q tests/test_oat_learning.py
-	mkdir -p docs/results && cp runs/oat_learning/curves.csv docs/results/oat_learning.csv
+	OAT_LEARNING_CURVES=docs/results/oat_learning.csv $(OAT_PY) -m pytest -q tests/test_oat_learning.py
 
 test-oat:
 	$(call test_in_oat_venv,tests/test_oat_stack.py tests/test_oat_stock.py tests/test_oat_program.py tests/test_oat_backend.py tests/test_oat_backend_learner.py tests/test_oat_backend_actor.py)

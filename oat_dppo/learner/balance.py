@@ -10,12 +10,13 @@ this is the same idea for whole episodes: the longest-processing-time rule with 
 
 A rank keeps its episode count (a step that counts episodes, `--mini-batch-unit episodes`, then
 gives every rank the same number of steps), and no rank ends above the best load by more than the
-longest episode (the rule's bound). Pure Python: the learner exchanges the episodes themselves.
+longest episode (the rule's bound). `exchange_by_tokens` moves the episodes between the ranks of a
+torch.distributed group (the Oat learners').
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 
 def balance_by_tokens(tokens: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -47,4 +48,22 @@ def loads(tokens: Sequence[Sequence[int]], dest: Sequence[Sequence[int]]) -> lis
     return out
 
 
-__all__ = ["balance_by_tokens", "loads"]
+def exchange_by_tokens(mine: list, tokens_of: Callable[[Any], int]) -> list:
+    """This rank's items after every rank's items are spread over the ranks of the default torch.distributed
+    group by `balance_by_tokens`: each rank computes the same assignment from everyone's token counts, and the
+    items that change rank travel in one all-gather. One rank (or none initialized): `mine` as it is."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return mine
+    world, rank = dist.get_world_size(), dist.get_rank()
+    tokens: list = [None] * world
+    dist.all_gather_object(tokens, [tokens_of(item) for item in mine])
+    dest = balance_by_tokens(tokens)
+    moving: list = [None] * world
+    dist.all_gather_object(moving, [(to, item) for to, item in zip(dest[rank], mine) if to != rank])
+    kept = [item for to, item in zip(dest[rank], mine) if to == rank]
+    return kept + [item for r in range(world) if r != rank for to, item in moving[r] if to == rank]
+
+
+__all__ = ["balance_by_tokens", "exchange_by_tokens", "loads"]

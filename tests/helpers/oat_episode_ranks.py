@@ -8,7 +8,7 @@ oat_ranks.py. The round is 8 episodes: 4 of one turn, then 4 of four turns. With
 short episodes and rank 1 the long ones (4x the turns); with WORLD 1 the one rank holds all 8. For each ZeRO
 stage (0, 2, 3), from the same initial weights (SGD):
 
-* "balanced": Oat's `learn()` round: the ranks first trade episodes by tokens (`balance_episodes`), then
+* "balanced": Oat's `learn()` round: the ranks first trade episodes by tokens (`learner.balance.exchange_by_tokens`), then
   take one optimizer step of all 8 episodes (`--mini-batch-unit episodes`);
 * "unbalanced": `learning_step` on the rank's own episodes (no trade): 4 against 16 turns, so the short rank
   pads its step with empty micro-batches (`equalize_plan`);

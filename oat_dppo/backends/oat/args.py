@@ -1,21 +1,18 @@
 """`DPPOArgs`: Oat's own argument class plus the local backend's options, under the same names.
 
-One command line works on both backends. The base class is Oat's real `oat.algorithms.ppo.PPOArgs`
-(it imports vLLM; where vLLM is missing, `oat.args.OATArgs` stands in so that `--help` still lists
-Oat's general options, and a run is refused). Every `TrainConfig` option reaches Oat in one of three
-ways, all decided by the two tables below (the one mapping between the backends):
+One command line works on both backends. `DPPOArgs` is a dataclass over Oat's real
+`oat.algorithms.ppo.PPOArgs` (it imports vLLM; where vLLM is missing `oat.args.OATArgs` stands in, and
+without Oat an empty class, so that `--help` still works and a run is refused). Its fields, declared below:
 
-* Oat has it, under the same name (`--temperature`, `--learning-rate`, `--seed`, ...) or another one
-  (`OAT_NAMES`: `--model` is `--pretrain`, `--group-size` is `--num-samples`, ...): Oat's field,
-  reachable by both spellings, with Oat's default unless `OAT_DEFAULTS` sets the project's;
-* Oat lacks it (`--env`, `--template`, `--trust-region` and its parameters, `--advantage`, ...): a
-  field of `DPPOArgs` with the same default and help as on the local backend;
-* local only (`LOCAL_ONLY`): accepted so that a local command line parses, then ignored with a note
-  or refused with a reason.
+* Oat's, under the local name too where it differs (`OAT_NAMES`: `--model` is `--pretrain`, `--group-size`
+  is `--num-samples`, ...), some with the project's default (the learning rate, the seed, ...);
+* the local backend's options that Oat lacks (`--env`, `--template`, `--trust-region`, ...), with the same
+  default and help (`_ours`);
+* local only (`LOCAL_ONLY`): accepted so that a local command line parses, then ignored with a note or
+  refused with a reason.
 
-`to_train_config` and `from_train_config` convert between the two with the same tables. `finalize`
-resolves the derived settings and checks the combination; every violation is one `ConfigError` line
-(exit status 2 from the command line).
+`to_train_config` and `from_train_config` convert between the two. `finalize` resolves the derived settings
+and checks the combination; every violation is one `ConfigError` line (exit status 2 from the command line).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from oat_dppo.backends.oat.data import DPPOTransitionDataset, episode_tokens, to
 from oat_dppo.components import build_trust_region
 from oat_dppo.engine.base import pad_token_id
 from oat_dppo.learner import chunks, needs_pi_old, plan_update, recompute_old_logp, run_update, use_mu_source
-from oat_dppo.learner.balance import balance_by_tokens
+from oat_dppo.learner.balance import exchange_by_tokens
 from oat_dppo.config import to_dict
 from oat_dppo.provenance import provenance
 from oat_dppo.rundir import RunDir, append_jsonl
@@ -162,22 +162,6 @@ class MetricsFile:
             self.inner.finish()
 
 
-def balance_episodes(mine: list) -> list:
-    """This rank's episodes after the round's episodes are spread over the learner ranks by tokens
-    (`learner.balance`): every rank computes the same assignment from everyone's token counts, and the
-    episodes that change rank travel in one all-gather. Each rank keeps its count of episodes."""
-    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
-        return mine
-    world, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
-    tokens = [None] * world
-    torch.distributed.all_gather_object(tokens, [episode_tokens(e) for e in mine])
-    dest = balance_by_tokens(tokens)
-    moving = [None] * world
-    torch.distributed.all_gather_object(moving, [(d, e) for d, e in zip(dest[rank], mine) if d != rank])
-    kept = [e for d, e in zip(dest[rank], mine) if d == rank]
-    return kept + [e for r in range(world) if r != rank for d, e in moving[r] if d == rank]
-
-
 def run_config(args) -> dict:
     """What the run's config.json holds (the file a local run writes too): the run as the local backend's
     options, as resolved on this node, then every Oat argument under `_oat`, and the machine's provenance."""
@@ -228,9 +212,9 @@ class DPPOLearner(PPOLearner):
     # -- a learning round: the episodes balanced over the ranks, then the step --------------------------
     def learn(self, learning_round: int):
         """Oat's round over this rank's buffer of episodes, after spreading the round's episodes over the
-        learner ranks by tokens (`balance_episodes`). Oat counts `policy_sgd_step` from rows; here it
+        learner ranks by tokens (`learner.balance.exchange_by_tokens`). Oat counts `policy_sgd_step` from rows; here it
         advances by the optimizer steps the round took."""
-        self.pi_buffer = deque(balance_episodes(list(self.pi_buffer)), maxlen=self.pi_buffer.maxlen)
+        self.pi_buffer = deque(exchange_by_tokens(list(self.pi_buffer), episode_tokens), maxlen=self.pi_buffer.maxlen)
         before, self._optimizer_steps = self.policy_sgd_step, 0
         info = super().learn(learning_round)
         self.policy_sgd_step = before + self._optimizer_steps
