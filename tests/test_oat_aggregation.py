@@ -119,13 +119,8 @@ def test_the_ranks_episodes_differ_4x_in_tokens_and_balancing_evens_them(episode
     assert max(short, long) < 1.3 * min(short, long), (short, long)  # after the trade by tokens
 
 
-ZERO3_PADDING = pytest.mark.xfail(strict=True, reason=(
-    "known defect: under ZeRO-3 with 2 micro-batches per accumulation, a rank that pads its step with empty "
-    "micro-batches ends with corrupt weights (docs/oat.md); with 1 or 4 per accumulation the step matched"))
-
-
-@pytest.mark.parametrize("stage, variant", [(0, "balanced"), (2, "balanced"), (3, "balanced"), (0, "unbalanced"),
-                                            (2, "unbalanced"), pytest.param(3, "unbalanced", marks=ZERO3_PADDING)])
+@pytest.mark.parametrize("variant", ["balanced", "unbalanced"])
+@pytest.mark.parametrize("stage", [0, 2, 3])
 def test_two_ranks_of_unequal_episodes_take_the_single_rank_step(episode_rounds, stage, variant):
     single, two, _ = episode_rounds
     ref, got = single["saved"][(stage, variant)], two["saved"][(stage, variant)]
@@ -139,3 +134,7 @@ def test_several_steps_of_unequal_micro_batches_end_on_every_rank(episode_rounds
     for stage in (0, 2, 3):
         steps = [rank[(stage, "steps")] for rank in two["steps_per_rank"]]
         assert steps[0] == steps[1] == 4.0, (stage, steps)
+        # 4 SGD steps at lr 0.5 from weights of at most 1 in size; ZeRO-3 on gloo without the CPU stand-in P8
+        # (backends/oat/cpu.py) left weights of 1e28 or NaN now and then
+        weights = two["saved"][(stage, "steps")]["params"].values()
+        assert max(float(w.abs().max()) for w in weights) < 2.0, stage

@@ -16,6 +16,7 @@ their constructors; the launcher calls it in `program.launch`).
 | P5 | `... % torch.cuda.device_count()` (interface.py:38) | `gpu_slots` (else ZeroDivisionError) |
 | P6 | `backend = "gloo" if collocate else "nccl"` for the weight-sync group (learners/base.py:242; the actor's end, utils/distributed.py:131,140) | gloo |
 | P7 | `WorkerWrap.update_weight` receives into `torch.empty(..., device="cuda")` (utils/distributed.py:171) | a CPU buffer |
+| P8 | DeepSpeed ZeRO-3's `async_op=True` gathers and reduce-scatters, ordered by CUDA streams (DeepSpeed, not Oat) | completed before they return |
 
 Not on the path of a run, left alone: `ActorBase.update_rm` (actors/base.py:251), `WorkerWrap.load_gpu`
 (utils/distributed.py:192; only with --vllm-sleep, which vLLM's CPU backend lacks).
@@ -41,7 +42,7 @@ def cuda_present() -> bool:
 
 
 def apply() -> bool:
-    """Install the CPU stand-ins P1-P3, P6 and P7 in this process (idempotent). Returns whether they
+    """Install the CPU stand-ins P1-P3 and P6-P8 in this process (idempotent). Returns whether they
     are in force: False where CUDA is present."""
     global _applied
     if cuda_present():
@@ -53,8 +54,38 @@ def apply() -> bool:
     torch.cuda.synchronize = _nothing_to_synchronize  # P2
     torch.cuda.current_device = _cpu_device  # P3
     _patch_weight_sync()  # P6, P7
+    for name in _COLLECTIVES:  # P8
+        setattr(torch.distributed, name, _synchronous(getattr(torch.distributed, name)))
     _applied = True
     return True
+
+
+#: The collectives DeepSpeed issues with async_op=True (ZeRO-3's parameter gathers, its gradient reduce-scatters).
+_COLLECTIVES = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_gather", "all_reduce", "broadcast",
+                "reduce_scatter", "_all_gather_base", "_reduce_scatter_base")
+
+
+class _Done:
+    """The handle of a collective that has already completed."""
+
+    def wait(self, *args, **kwargs) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+def _synchronous(collective):
+    """P8: DeepSpeed's CPU accelerator is a "synchronized device", so ZeRO-3 reads a buffer right after an
+    async gather or reduce-scatter without waiting on a stream, which on CUDA orders it; gloo runs async work
+    on its own thread, and two learner ranks on a CPU trained on half-written buffers (weights of 1e28 and NaN,
+    now and then, in tests/test_oat_aggregation.py). Here every collective completes before it returns."""
+    def run(*args, async_op: bool = False, **kwargs):
+        out = collective(*args, **kwargs)
+        return _Done() if async_op else out
+
+    run.__wrapped__ = collective
+    return run
 
 
 def torch_extensions_dir() -> str:
