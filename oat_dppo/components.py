@@ -66,15 +66,24 @@ def build_envs(cfg: TrainConfig, n: int, *, for_eval: bool) -> list:
 
 
 def resolve_template(cfg: TrainConfig, model_or_tokenizer: Any) -> str:
-    """`--template`, or (auto) the template of the model's family: qwen3, llama3, chatml, else raw."""
-    if cfg.template != "auto":
-        return cfg.template
-    from oat_dppo.models import model_family  # transformers: only where a model is at hand anyway
+    """`--template`, or (auto) the template of the model's family: qwen3, llama3, chatml, else raw. With
+    `--env-option history=chat` it must be a chat template (a `ConfigError` otherwise)."""
+    template = cfg.template
+    if template == "auto":
+        from oat_dppo.models import model_family  # transformers: only where a model is at hand anyway
 
-    family = model_family(cfg.model)
-    if family == "raw" and cfg.model not in TINY_MODEL_NAMES:
-        family = model_family(model_or_tokenizer)
-    return {"qwen3": "qwen3", "llama3": "llama3", "chatml": "chatml"}.get(family, "raw")
+        family = model_family(cfg.model)
+        if family == "raw" and cfg.model not in TINY_MODEL_NAMES:
+            family = model_family(model_or_tokenizer)
+        template = {"qwen3": "qwen3", "llama3": "llama3", "chatml": "chatml"}.get(family, "raw")
+    if env_options(cfg).get("history") == "chat":
+        from oat_dppo.envs import chat_turn
+
+        try:
+            chat_turn(template, "")
+        except ValueError as e:
+            raise ConfigError(f"--env-option history=chat with {cfg.model}: {e}") from None
+    return template
 
 
 # TrainConfig option -> the attribute a built-in strategy keeps it in.

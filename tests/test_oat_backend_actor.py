@@ -253,6 +253,17 @@ def test_actor_rollout_sends_every_turn_of_exact_counts_of_episodes(tok, model, 
     assert (back[0].turns[0].topk_ids == episodes[0].turns[0].topk_ids).all()
 
 
+def test_chat_history_sends_each_turn_as_the_conversation_so_far(tok, model):
+    """`--env-option history=chat` on Oat's actor: every turn's prompt is the turn before, its prompt and the
+    ids vLLM sampled, continued by the reply (token in, token out: no earlier move re-tokenized)."""
+    actor = make_actor(dppo_args(env_option=("history=chat",)), model, tok)
+    episodes, _ = actor.rollout(n_slots=2)
+    pairs = [(a, b) for e in episodes for a, b in zip(e.turns, e.turns[1:])]
+    assert pairs
+    for a, b in pairs:
+        assert list(b.prompt_ids[:len(a.prompt_ids) + len(a.response_ids)]) == list(a.prompt_ids) + list(a.response_ids)
+
+
 def test_single_turn_env_sends_every_episode_as_one_turn(tok, model):
     args = dppo_args(env="rg:arc_1d", num_samples=2, advantage="group", max_turns=None)
     actor = make_actor(args, model, tok)

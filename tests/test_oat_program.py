@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from itertools import accumulate
 import signal
 import subprocess
 import sys
@@ -147,7 +148,10 @@ def test_the_program_trains_and_exits_cleanly(one_and_one):
     assert "1 vLLM actor(s) and 1 DeepSpeed learner(s)" in out
     assert one_and_one.left == [], f"processes left behind: {one_and_one.left}"
     rows = one_and_one.learning_rows()
-    assert [r["misc/policy_sgd_step"] for r in rows] == [1.0, 2.0, 3.0]
+    # Oat's step counter advances by the optimizer steps each round took: 16 two-turn episodes' turns
+    assert [r["misc/policy_sgd_step"] for r in rows] == list(accumulate(r["train/optimizer_steps"] for r in rows))
+    assert len(rows) == 3 and all(r["train/optimizer_steps"] >= 1 for r in rows)
+    assert all(r["rollout/turns_trained"] > r["rollout/episodes"] for r in rows)  # two-turn episodes, sent whole
     for r in rows:
         assert r["train/grad_norm"] > 0  # every step has a gradient to apply
     [config] = one_and_one.run_dir.glob("*/config.json")  # what ran, as a local run records it
@@ -187,8 +191,10 @@ def test_two_learners_take_the_single_rank_step_on_the_same_data(tmp_path):
     """The learners' gradients are averaged by DeepSpeed over gloo: the two-rank step on two halves
     of a round equals one rank's step on the whole round (the learner's own log-probs, replayed in
     this process from the round's buffer, which Oat's --dump-replay-every writes)."""
-    argv = ["--gpus", "4", "--iterations", "1", "--episodes-per-iteration", "16", "--train-batch-size", "16",
-            "--train-batch-size-per-device", "4", "--dump-replay-every", "1", "--save-steps", "1"]
+    # one optimizer step of the round's 16 two-turn episodes (on each learner: its 8, whatever their turns)
+    argv = ["--gpus", "4", "--iterations", "1", "--episodes-per-iteration", "16", "--mini-batch-unit", "episodes",
+            "--train-batch-size", "16", "--train-batch-size-per-device", "4", "--dump-replay-every", "1",
+            "--save-steps", "1"]
     run = Program(tmp_path / "two", *argv)
     rc = run.wait()
     left = no_process_left(run)
@@ -199,7 +205,7 @@ def test_two_learners_take_the_single_rank_step_on_the_same_data(tmp_path):
     from helpers.oat_replay import replay_round
 
     single = replay_round(run.run_dir, BASE + argv)
-    assert single.turns == 16
+    assert single.episodes == 16 and single.turns > 16  # the two-turn episodes whole, no turn sampled away
     assert single.grad_norm == pytest.approx(row["train/grad_norm"], rel=1e-4)
     # lr 1e-3, Adam's first step ~ lr * sign(g): a missing reduction flips signs (|diff| ~ 2e-3); what
     # remains is summation order and |g| near Adam's eps
@@ -328,7 +334,8 @@ def test_two_node_groups_train_and_both_end_with_status_0(tmp_path):
         assert f"node group {g} of 2" in groups[g].output()
         assert "every learner finished; every node process has ended (exit status 0)" in groups[g].output()
     rows = groups[0].learning_rows()  # learner rank 0 (group 0) logs the run
-    assert [r["misc/policy_sgd_step"] for r in rows] == [1.0, 2.0]
+    assert [r["misc/policy_sgd_step"] for r in rows] == list(accumulate(r["train/optimizer_steps"] for r in rows))
+    assert len(rows) == 2
     assert any(r["train/grad_norm"] > 0 for r in rows)  # a round whose groups all tie has no gradient
     assert all(r["rollout/episodes"] == 4.0 for r in rows)  # each group's actor plays its half of the 8
 

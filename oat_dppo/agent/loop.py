@@ -15,7 +15,7 @@ import numpy as np
 
 from oat_dppo.agent.types import Episode, Turn
 from oat_dppo.engine.base import Engine, Generation, PromptTooLongError
-from oat_dppo.envs import EnvError, render_prompt, stop_strings
+from oat_dppo.envs import EnvError, chat_turn, render_prompt, stop_strings
 
 
 @dataclass
@@ -43,6 +43,21 @@ class PromptFormat:
         text = render_prompt(self.template, obs, self.tokenizer, self.system) + self.response_prefix
         # Templates write their own special tokens (BOS, chat markup) as text.
         return text, list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def continue_chat(self, prompt_ids: Sequence[int], response_ids: Sequence[int], reply: str) -> tuple[str, list[int]]:
+        """`history=chat`: the next turn's prompt as token ids, token in, token out: the previous prompt's ids,
+        the ids the engine sampled (never re-tokenized), the end of the assistant's turn where the response did
+        not sample it (cut by the budget), then the reply as the next user turn, tokenized on its own."""
+        end, turn = chat_turn(self.template, reply)
+        ids = list(prompt_ids) + list(response_ids)
+        end_ids = self._ids(end)
+        if ids[len(ids) - len(end_ids):] != end_ids:
+            ids += end_ids
+        ids += self._ids(turn + self.response_prefix)
+        return self.tokenizer.decode(ids), ids
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def stop_token_ids(self) -> list[int]:
         """Ids of the template's end-of-turn markers that are single tokens of this tokenizer
@@ -98,7 +113,7 @@ def play_episodes(
         live = [i for i, ep in enumerate(episodes) if not ep.finished]
         if not live:
             break
-        encoded = {i: prompt.encode(observations[i]) for i in live}
+        encoded = {i: _next_prompt(prompt, envs[i], episodes[i], observations[i]) for i in live}
         gens = _generate(engine, live, encoded, episodes, stats, max_new_tokens, topk,
                          None if generation_seed is None else generation_seed * 1000 + turn_index, temperature, clock)
         t0 = clock()
@@ -138,6 +153,15 @@ def play_episodes(
         stats.env_seconds += clock() - t0
         turn_index += 1
     return episodes, stats
+
+
+def _next_prompt(prompt: PromptFormat, env: Any, episode: Episode, observation: str) -> tuple[str, list[int]]:
+    """This turn's (prompt text, ids): the observation rendered whole, or under `history=chat` the episode so
+    far continued by the newest reply (`PromptFormat.continue_chat`)."""
+    if getattr(env, "history", None) == "chat" and episode.turns:
+        last = episode.turns[-1]
+        return prompt.continue_chat(last.prompt_ids, last.response_ids, observation)
+    return prompt.encode(observation)
 
 
 def _generate(engine, live, encoded, episodes, stats, max_new_tokens, topk, seed, temperature,

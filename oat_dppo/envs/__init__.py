@@ -35,7 +35,7 @@ from oat_dppo.envs.presets import (
     known_env_ids,
 )
 from oat_dppo.envs.registry import make_env
-from oat_dppo.envs.templates import TEMPLATES, render_prompt, stop_strings
+from oat_dppo.envs.templates import CHAT_TEMPLATES, TEMPLATES, chat_turn, render_prompt, stop_strings
 
 __all__ = [
     "ACTION_FORMATS",
@@ -46,7 +46,9 @@ __all__ = [
     "EnvResetError",
     "EnvStepError",
     "FIRST_CLASS_ENV_IDS",
+    "CHAT_TEMPLATES",
     "HISTORY_MODES",
+    "chat_turn",
     "LOCAL_MATH_ID",
     "PROCEDURAL_MATH_ID",
     "TEMPLATES",

@@ -16,7 +16,7 @@ from oat_dppo.envs.errors import EnvResetError, EnvStepError
 from oat_dppo.envs.imports import accepts_keyword as _accepts, load_object
 from oat_dppo.envs.seeding import PrivateGlobalRNG, draw_episode_seed, episode_seed_stream
 
-HISTORY_MODES = ("concat", "concat_with_action", "last")
+HISTORY_MODES = ("concat", "concat_with_action", "last", "chat")
 
 
 def _with_newline(text: str) -> str:
@@ -289,7 +289,7 @@ class TextEnv:
                 "favoured": [bool(self._follows_feedback(reply, m)) for m in moves]}
 
     def _compose(self, info: dict[str, Any]) -> str:
-        if self.history == "last":
+        if self.history in ("last", "chat"):  # chat: the agent loop keeps the conversation, as token ids
             body = _with_newline(self._observations[-1])
         elif self.history == "concat":
             body = "".join(_with_newline(o) for o in self._observations)

@@ -167,7 +167,7 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
 
     Adapter options (defaults from `get_preset(env_id)`):
       max_turns, format_penalty (added to the reward of a step without a well-formed answer;
-      give a negative number), history ("concat" | "concat_with_action" | "last"), obs_prefix,
+      give a negative number), history ("concat" | "concat_with_action" | "last" | "chat"), obs_prefix,
       obs_suffix (instruction text around the observation; "" for none), action_format,
       action_pattern, isolate_step_rng, data_seed (seed of the shared question pool / math
       shuffle), for_eval (shift seed and data_seed by the preset's eval_seed_offset).

@@ -114,6 +114,31 @@ _STOP_STRINGS: dict[str, tuple[str, ...]] = {
 }
 
 
+# history=chat: how an episode goes on after the assistant's turn, per markup: the text that ends that turn, and
+# the environment's reply as the next user turn followed by the assistant's opening ({reply} marks the reply).
+# The learner then scores the conversation's tokens as they were sampled: nothing earlier is re-tokenized.
+_CHAT_TURNS: dict[str, tuple[str, str]] = {
+    "chatml": ("<|im_end|>", "\n<|im_start|>user\n{reply}<|im_end|>\n<|im_start|>assistant\n"),
+    "qwen3": ("<|im_end|>", "\n<|im_start|>user\n{reply}<|im_end|>\n<|im_start|>assistant\n"),
+    "qwen3_nothink": ("<|im_end|>",
+                      "\n<|im_start|>user\n{reply}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+    "llama3": ("<|eot_id|>", "<|start_header_id|>user<|end_header_id|>\n\n{reply}<|eot_id|>"
+                             "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+}
+CHAT_TEMPLATES: tuple[str, ...] = tuple(_CHAT_TURNS)
+
+
+def chat_turn(template: str, reply: str) -> tuple[str, str]:
+    """(the text that closes the assistant's turn, the reply as the next user turn up to the assistant's
+    opening) under `template`, for `history=chat`; a template without chat turns is a ValueError."""
+    _check(template)
+    if template not in _CHAT_TURNS:
+        raise ValueError(f"history=chat needs a chat template ({', '.join(CHAT_TEMPLATES)}); --template {template} "
+                         "has no turns to continue")
+    end, turn = _CHAT_TURNS[template]
+    return end, turn.format(reply=reply)
+
+
 def _check(template: str) -> None:
     if template not in _RENDERERS:
         raise ValueError(f"unknown prompt template {template!r}; choose from: {', '.join(TEMPLATES)}")

@@ -4,7 +4,7 @@ The program ran with `--dump-replay-every 1` (Oat pickles every learner's buffer
 to rank 0: `buffer_step00001.pkl`) and `--save-steps 1` (Oat saves the policy after the round:
 `saved_models/step_00001`). Here one `DPPOLearner` on a one-rank gloo group (tests/oat_harness.py), built
 from the same command line and the same initial weights, takes the same round on all of the ranks'
-turns at once. What the ranks' all-reduce must make equal: the gradient norm of the step and the
+episodes at once. What the ranks' all-reduce must make equal: the gradient norm of the step and the
 weights after it.
 """
 
@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 class Replayed:
     grad_norm: float  # the single-rank step's gradient norm
     max_weight_diff: float  # max |w_single - w_program| over every parameter after the step
+    episodes: int
     turns: int
 
 
@@ -43,7 +44,7 @@ def replay_round(run_dir: Path, argv: list[str]) -> Replayed:
 
     [save_path] = [p for p in run_dir.iterdir() if (p / "buffer_step00001.pkl").exists()]
     _, _, per_rank = pd.read_pickle(save_path / "buffer_step00001.pkl")
-    turns = [t for rank in per_rank for t in rank]
+    episodes = [e for rank in per_rank for e in rank]
     initial = run_dir / "initial_model" / "tiny-qwen3"
     model = AutoModelForCausalLM.from_pretrained(initial, torch_dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(initial)
@@ -52,9 +53,11 @@ def replay_round(run_dir: Path, argv: list[str]) -> Replayed:
     A.finalize(args, world_size=1)
     learner = H.make_stock_learner(args=args, learner_cls=DPPOLearner, model=model, tokenizer=tok,
                                    optimizer=lambda m: _oats_optimizer(m, args))
-    infos, _ = H.run_learning_step(learner, H.collate(learner, turns))
+    batch = H.collate(learner, episodes)
+    infos, _ = H.run_learning_step(learner, batch)
 
     after = AutoModelForCausalLM.from_pretrained(save_path / "saved_models" / "step_00001", torch_dtype=torch.float32)
     saved = dict(after.named_parameters())
     diff = max(float((p.detach() - saved[n].detach()).abs().max()) for n, p in H.policy_of(learner).named_parameters())
-    return Replayed(grad_norm=float(infos["grad_norm"]), max_weight_diff=diff, turns=len(turns))
+    return Replayed(grad_norm=float(infos["grad_norm"]), max_weight_diff=diff, episodes=len(episodes),
+                    turns=len(batch["episode_ids"]))
