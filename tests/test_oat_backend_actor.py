@@ -262,6 +262,14 @@ def test_chat_history_sends_each_turn_as_the_conversation_so_far(tok, model):
     assert pairs
     for a, b in pairs:
         assert list(b.prompt_ids[:len(a.prompt_ids) + len(a.response_ids)]) == list(a.prompt_ids) + list(a.response_ids)
+    # Oat's learner scores each episode in one row (one forward), every turn trained where it was sampled
+    from oat_dppo.backends.oat.data import to_token_batch
+
+    learner = H.make_stock_learner(args=dppo_args(env_option=("history=chat",)), learner_cls=DPPOLearner,
+                                   model=copy.deepcopy(model), tokenizer=tok)
+    batch, trained, rows = to_token_batch(H.collate(learner, episodes), 0, tok.pad_token_id)
+    assert len(rows) == len([e for e in episodes if e.turns]) < sum(len(e.turns) for e in episodes)
+    assert int((batch.response_mask & trained).sum()) == sum(len(t.response_ids) for e in episodes for t in e.turns)
 
 
 def test_single_turn_env_sends_every_episode_as_one_turn(tok, model):

@@ -101,8 +101,9 @@ def test_dataset_carries_advantages_and_topk_and_token_batch_aligns_them(tok):
     learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_topk_kl", topk=K), learner_cls=DPPOLearner)
     assert learner.dataset_builder is DPPOTransitionDataset
     traj = H.collate(learner, tr)
-    batch, rows = to_token_batch(traj, K, learner.tokenizer.pad_token_id)
-    assert rows.tolist() == [True, True, True, False]
+    batch, trained, rows = to_token_batch(traj, K, learner.tokenizer.pad_token_id)
+    assert rows == [[0], [1], [2], [3]]  # turns of separate episodes: a row each
+    assert trained.any(-1).tolist() == [True, True, True, False] and (trained == trained[:, :1]).all()
     assert batch.advantages[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
     for b, t in enumerate(tr):
         p, L = len(t.prompt_ids), len(t.response_ids)
@@ -119,7 +120,7 @@ def test_dataset_carries_advantages_and_topk_and_token_batch_aligns_them(tok):
 def test_plain_transition_data_falls_back_to_oats_monte_carlo_advantages(tok):
     tr = H.make_transitions(tok, 8, num_samples=2)
     learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_binary_tv"), learner_cls=DPPOLearner)
-    batch, _ = to_token_batch(H.collate(learner, tr), 0, learner.tokenizer.pad_token_id)
+    batch, _, _ = to_token_batch(H.collate(learner, tr), 0, learner.tokenizer.pad_token_id)
     assert batch.advantages is None  # the learner computes Oat's group advantages (checked below by equivalence)
 
 

@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from oat_dppo.agent.types import Turn
-from oat_dppo.learner.batch import collate
+from oat_dppo.learner.batch import chains, collate, row_of
 from oat_dppo.learner.loop import (
     MuSource,
     chunks,
@@ -115,18 +115,20 @@ class Learner:
             rng.shuffle(order)
             return list(order)
 
+        episodes = None if episode_ids is None else [episode_ids[i] for i in kept]
+        rows = None if episodes is None else chains(turns, episodes)  # an episode's chat turns: one row
         plan, sequence_ids = plan_update(
-            lengths, None if episode_ids is None else [episode_ids[i] for i in kept],
-            trajectory_sequences=self.trajectory_sequences, mini_batch_unit=cfg.mini_batch_unit,
+            lengths, episodes, trajectory_sequences=self.trajectory_sequences, mini_batch_unit=cfg.mini_batch_unit,
             epochs=cfg.num_ppo_epochs, step_rows=cfg.mini_batch_size, micro_rows=cfg.micro_batch_size,
-            permutation=permutation)
-        batch = collate(turns, self.pad_id, self.topk)
+            permutation=permutation, chain_of=None if rows is None else row_of(rows))
+        batch = collate(turns, self.pad_id, self.topk, rows=rows)
         if sequence_ids is not None:
             batch.sequence_ids = torch.tensor(sequence_ids, dtype=torch.long)  # [B]
         recompute_s = 0.0
         if needs_pi_old(self.trust_region, cfg.mu_source):
             t0 = time.perf_counter()
-            by_length = sorted(range(len(turns)), key=lambda i: lengths[i])
+            row_lengths = batch.attention_mask.sum(-1).tolist()  # [B]
+            by_length = sorted(range(batch.num_rows), key=lambda i: row_lengths[i])
             batch.old_logp = recompute_old_logp(self.model, batch, chunks(by_length, cfg.micro_batch_size),
                                                 device=self.device, logits_chunk_tokens=cfg.logits_chunk_tokens)
             use_mu_source(batch, cfg.mu_source)

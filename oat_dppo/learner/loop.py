@@ -140,16 +140,19 @@ def plan_update(
     micro_rows: int,
     permutation: Callable[[int], Sequence[int]],
     sort_by_length: bool = True,
+    chain_of: Sequence[int] | None = None,
 ) -> tuple[list[StepPlan], list[int] | None]:
     """Both backends' plan for one rollout batch of turns: (optimizer steps, the sequence id of each row
-    or None). `episode_ids` (one per row) say which turns are one episode:
+    or None). `episode_ids` (one per turn) say which turns are one episode:
 
     * `mini_batch_unit="episodes"`: a step takes `step_rows` whole episodes (`step_counts="groups"`);
     * a strategy that decides per episode (`trajectory_sequences`) on episodes of several turns: an
       episode's turns share a micro-batch and are one sequence (the returned ids);
+    * `chain_of` (the row of each turn, `batch.chains`) with rows of several turns: an episode's turns
+      share a micro-batch, and the plan's indices are rows, not turns;
     * otherwise turns are rows like any other (an episode is not kept together).
 
-    `permutation(n)` orders the n units (rows, or episodes when they are kept together) of each epoch.
+    `permutation(n)` orders the n units (turns, or episodes when they are kept together) of each epoch.
     """
     if mini_batch_unit == "episodes" and episode_ids is None:
         raise ValueError("mini_batch_unit='episodes' needs the episode of each turn (episode_ids)")
@@ -158,11 +161,21 @@ def plan_update(
     # several turns (one turn per episode: the turn is the trajectory, the usual plan serves).
     episode_sequences = trajectory_sequences and groups is not None and len(set(groups)) < len(groups)
     by_episode = mini_batch_unit == "episodes"
+    packed = chain_of is not None and len(set(chain_of)) < len(chain_of)
+    if packed and groups is None:
+        raise ValueError("rows of several turns (chain_of) need the episode of each turn (episode_ids)")
+    together = episode_sequences or packed
     plan = plan_steps(len(lengths), epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
                       permutation=permutation, lengths=list(lengths) if sort_by_length else None,
-                      groups=groups if (episode_sequences or by_episode) else None,
-                      step_counts="groups" if by_episode else "rows", split_groups=not episode_sequences)
-    return plan, (groups if episode_sequences else None)
+                      groups=groups if (together or by_episode) else None,
+                      step_counts="groups" if by_episode else "rows", split_groups=not together)
+    if not packed:
+        return plan, (groups if episode_sequences else None)
+    plan = [[list(dict.fromkeys(int(chain_of[t]) for t in micro)) for micro in step] for step in plan]
+    first = {}
+    for turn, row in enumerate(chain_of):
+        first.setdefault(int(row), turn)
+    return plan, ([groups[first[row]] for row in range(len(first))] if episode_sequences else None)
 
 
 def equalize_plan(plan: Sequence[StepPlan], agree_max: Callable[[list[int]], list[int]]) -> list[StepPlan]:
@@ -258,7 +271,7 @@ def run_update(
     for index, step in enumerate(plan):
         rows = [r for micro in step for r in micro]
         step_tokens = float(batch.response_mask[torch.as_tensor(rows, dtype=torch.long)].sum())
-        n_tok, n_seq = hooks.normalizers(step_tokens, float(len(rows)))  # every rank's counts, not this one's
+        n_tok, n_seq = hooks.normalizers(step_tokens, float(batch.num_turns(rows)))  # every rank's, not this one's
         n_tok = n_tok if n_tok > 0 else 1.0  # a step of loss-masked rows trains nothing
         step_loss = 0.0
         hooks.begin_step(len(step))

@@ -43,15 +43,25 @@ def trust_region_loss(
             topk_logp=pol.topk_logp,
             topk_valid=batch.topk_valid,
             topk_other_logp=pol.topk_other_logp,
-            sequence_ids=None if batch.sequence_ids is None else batch.sequence_ids[:, None].expand_as(batch.response_mask),
+            sequence_ids=_sequence_ids(batch),
         )
     )
     loss = aggregate(out.loss_terms, batch.response_mask, aggregation, constant_length=constant_length,
-                     num_tokens=num_tokens, num_sequences=num_sequences)
+                     num_tokens=num_tokens, num_sequences=num_sequences, segment_ids=batch.segment_ids)
     metrics = dict(out.metrics)
     ent = pol.entropy[batch.response_mask]
     metrics["entropy"] = float(ent.mean()) if ent.numel() else math.nan
     return loss, metrics
+
+
+def _sequence_ids(batch: TokenBatch) -> torch.Tensor | None:
+    """[B, T] the sequence of each token for the trust region: the row's episode (`sequence_ids`, for strategies
+    deciding per episode), else its turn on rows of several turns (`segment_ids`), else None (the row)."""
+    if batch.sequence_ids is not None:
+        return batch.sequence_ids[:, None].expand_as(batch.response_mask)
+    if batch.segment_ids is not None:
+        return batch.segment_ids.clamp(min=0)
+    return None
 
 
 # Metrics combined across micro-batches by min / max instead of a token-weighted mean.

@@ -26,7 +26,7 @@ from oat.types import TransitionData
 from oat.utils.data import TransitionDataset
 
 from oat_dppo.agent.types import Turn
-from oat_dppo.learner.batch import Sample, TokenBatch, collate
+from oat_dppo.learner.batch import Sample, TokenBatch, chains, collate
 
 
 @dataclass
@@ -120,18 +120,18 @@ class DPPOTransitionDataset(TransitionDataset):
         return batch
 
 
-def to_token_batch(trajectory: dict, topk: int, pad_id: int) -> tuple[TokenBatch, torch.Tensor]:
-    """Oat's collated trajectory dict -> (the shared learner's `TokenBatch`, trained rows [B] bool),
-    CPU tensors, packed by the shared `collate`.
+def to_token_batch(trajectory: dict, topk: int, pad_id: int) -> tuple[TokenBatch, torch.Tensor, list[list[int]]]:
+    """Oat's collated trajectory dict -> (the shared learner's `TokenBatch`, trained tokens [B, T] bool, the turns
+    of each row), CPU tensors, packed by the shared `collate`: an episode's chat turns (`history=chat`, each
+    prompt extending the last) are one row (`learner.batch.chains`), any other turn a row of its own.
 
-    Oat right-pads `input_ids` [B, T] (prompt + response): row b's response is
-    input_ids[b, p_b : p_b + L_b], its mu `action_logprobs[b]` ([L_b]). Rows whose `loss_masks` is
-    False are False in the returned row mask (the learner drops their tokens from training after any
-    recompute). `advantages` is None unless every item carries one (the learner then computes Oat's
-    Monte-Carlo advantages from the rewards).
+    Oat right-pads `input_ids` [N, T] (prompt + response): turn n's response is input_ids[n, p_n : p_n + L_n],
+    its mu `action_logprobs[n]` ([L_n]). Turns whose `loss_masks` is False are False in the returned mask (the
+    learner drops their tokens from training after any recompute). `advantages` is None unless every item
+    carries one (the learner then computes Oat's Monte-Carlo advantages from the rewards, one row per turn).
     """
-    ids = trajectory["input_ids"].long()  # [B, T]
-    attn = trajectory["attention_mask"].bool()  # [B, T]
+    ids = trajectory["input_ids"].long()  # [N, T]
+    attn = trajectory["attention_mask"].bool()  # [N, T]
     advs = trajectory.get("advantages")
     with_adv = advs is not None and all(a is not None for a in advs)
     samples = []
@@ -148,8 +148,14 @@ def to_token_batch(trajectory: dict, topk: int, pad_id: int) -> tuple[TokenBatch
             topk_ids=trajectory["topk_ids"][b] if topk else None,
             topk_logprobs=trajectory["topk_logprobs"][b] if topk else None,
         ))
-    batch = collate(samples, pad_id, topk)
+    episode_ids = trajectory.get("episode_ids")
+    rows = chains(samples, episode_ids) if with_adv and episode_ids is not None else [[i] for i in range(len(samples))]
+    batch = collate(samples, pad_id, topk, rows=rows)
     if not with_adv:
         batch.advantages = None  # filled by the learner (Oat's Monte-Carlo advantages)
-    trained_rows = torch.tensor([bool(m) for m in trajectory["loss_masks"]], dtype=torch.bool)  # [B]
-    return batch, trained_rows
+    trained_turns = torch.tensor([bool(m) for m in trajectory["loss_masks"]] + [False], dtype=torch.bool)  # [N + 1]
+    if batch.segment_ids is None:
+        trained = trained_turns[:-1][:, None].expand_as(batch.response_mask)  # [B, T], a row per turn
+    else:
+        trained = trained_turns[batch.segment_ids]  # [B, T]; -1 (no turn) reads the appended False
+    return batch, trained, rows

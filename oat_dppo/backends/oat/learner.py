@@ -42,6 +42,7 @@ from oat_dppo.components import build_trust_region
 from oat_dppo.engine.base import pad_token_id
 from oat_dppo.learner import chunks, needs_pi_old, plan_update, recompute_old_logp, run_update, use_mu_source
 from oat_dppo.learner.balance import exchange_by_tokens
+from oat_dppo.learner.batch import row_of
 from oat_dppo.config import to_dict
 from oat_dppo.provenance import provenance
 from oat_dppo.rundir import RunDir, append_jsonl
@@ -226,7 +227,7 @@ class DPPOLearner(PPOLearner):
         policy = hf_policy(self.model)
         device = next(policy.parameters()).device
         # The batch stays on the host ([B, T, K+1] top-K arrays can be large); micro-batches move.
-        batch, trained_rows = to_token_batch(trajectory, self.topk, pad_token_id(self.tokenizer))
+        batch, trained, rows = to_token_batch(trajectory, self.topk, pad_token_id(self.tokenizer))
         B, mb = batch.num_rows, args.train_batch_size_per_device
         if batch.advantages is None:  # plain TransitionData: Oat's group Monte-Carlo advantages
             final = torch.tensor([r[-1] for r in trajectory["rewards"]], dtype=torch.float32)
@@ -244,14 +245,13 @@ class DPPOLearner(PPOLearner):
                 tis = torch.exp(batch.old_logp - rollout_mu).clamp(max=args.tis_c)  # [B, T]
                 batch.advantages = torch.where(batch.response_mask, batch.advantages * tis, torch.zeros_like(tis))
             recompute_s = time.perf_counter() - t0
-        batch.response_mask = batch.response_mask & trained_rows[:, None]  # Oat's loss_masks
+        batch.response_mask = batch.response_mask & trained  # Oat's loss_masks
 
         hooks = _DeepSpeedHooks(self)
-        lengths = batch.attention_mask.sum(-1).tolist()  # [B]
         plan, sequence_ids = plan_update(  # Oat's shuffle (and its RNG stream), no sorting: stock Oat's rows
-            lengths, trajectory["episode_ids"], trajectory_sequences=self.trajectory_sequences,
+            trajectory["attention_mask"].sum(-1).tolist(), trajectory["episode_ids"], trajectory_sequences=self.trajectory_sequences,
             mini_batch_unit=args.mini_batch_unit, epochs=args.num_ppo_epochs, step_rows=mb * hooks.acc_steps,
-            micro_rows=mb, permutation=np.random.permutation, sort_by_length=False)
+            micro_rows=mb, permutation=np.random.permutation, sort_by_length=False, chain_of=row_of(rows))
         if sequence_ids is not None:
             batch.sequence_ids = torch.tensor(sequence_ids, dtype=torch.long)  # [B]
         metrics = run_update(policy, batch, plan, self.trust_region, hooks, device=device,
