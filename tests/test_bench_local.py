@@ -127,3 +127,17 @@ def test_in_fresh_process_returns_the_result_or_raises_when_the_child_dies(capfd
     assert "child failed on 7" in capfd.readouterr().err
     with pytest.raises(RuntimeError, match=r"_vanish died in its child process \(exit code 3"):
         in_fresh_process(_vanish, 0, timeout=120)
+
+
+def test_packing_benchmark_runs_and_packs_chat_episodes(capsys):
+    """`python -m oat_dppo.bench packing` on a tiny model: a packed layout with fewer rows and fewer tokens."""
+    from oat_dppo.bench import packing
+
+    assert packing.main(["--model", "tiny-qwen3", "--envs", "smoke:digits", "--episodes", "2", "--reps", "1",
+                         "--trainable-layers", "0", "--max-new-tokens", "4", "--response-prefix", ""]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| smoke:digits")]
+    assert len(row) == 1
+    cells = [c.strip() for c in row[0].strip("|").split("|")]
+    per_turn_rows, packed_rows = (int(x) for x in cells[4].split(" / "))
+    per_turn_tokens, packed_tokens = (float(x) for x in cells[5].split(" / "))
+    assert packed_rows == 2 < per_turn_rows == 4 and packed_tokens < per_turn_tokens

@@ -20,6 +20,8 @@ BENCHMARKS = {
     "oat": ("oat_dppo.bench.oat", "Oat's program on a CPU: generation, learning, sync and launchpad/IPC per iteration, "
                                   "beside the local backend on the same job"),
     "oat-learner": ("oat_dppo.bench.oat_learner", "the Oat learner step vs stock Oat PPO, on CPU"),
+    "packing": ("oat_dppo.bench.packing", "one learner row per chat episode vs one per turn: tokens computed and "
+                                          "learner time"),
     "head": ("oat_dppo.bench.head", "the LM head in checkpointed blocks: peak memory and time"),
     "mismatch": ("oat_dppo.bench.mismatch", "|pi - mu| on the same tokens: engine and learner dtypes (HF copies on any "
                                             "machine, vLLM on a GPU)"),
