@@ -38,14 +38,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ranks(world: int, out: Path) -> None:
+def _ranks(world: int, out: Path, helper: Path = HELPER) -> None:
+    """`helper`'s ranks, each in its own process, joined over loopback; a rank that waits on a collective the
+    others never join does not end (the timeout fails the test)."""
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
                OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, str(HELPER), str(r), str(world), str(port), str(out)], env=env,
+    procs = [subprocess.Popen([sys.executable, str(helper), str(r), str(world), str(port), str(out)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
     for p in procs:
-        text, _ = p.communicate(timeout=600)
+        text, _ = p.communicate(timeout=900)
         assert p.returncode == 0, text[-4000:]
 
 
@@ -91,22 +93,11 @@ def test_per_rank_token_counts_miss_the_single_rank_step(steps):
 EPISODE_HELPER = Path(__file__).parent / "helpers" / "oat_episode_ranks.py"
 
 
-def _episode_ranks(world: int, out: Path) -> None:
-    port = _free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, str(EPISODE_HELPER), str(r), str(world), str(port), str(out)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
-    for p in procs:
-        text, _ = p.communicate(timeout=900)  # a rank waiting on a collective the other never joins: no end
-        assert p.returncode == 0, text[-4000:]
-
-
 @pytest.fixture(scope="module")
 def episode_rounds(tmp_path_factory):
     out = tmp_path_factory.mktemp("episodes")
-    _episode_ranks(1, out)
-    _episode_ranks(2, out)
+    _ranks(1, out, EPISODE_HELPER)
+    _ranks(2, out, EPISODE_HELPER)
     turns = [torch.load(out / f"turns2_{r}.pt") for r in range(2)]
     return torch.load(out / "world1.pt"), torch.load(out / "world2.pt"), turns
 

@@ -22,7 +22,6 @@ OUT_DIR/turns{WORLD}_{RANK}.pt.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -54,12 +53,11 @@ def episodes(tok, policy) -> list:
 
 
 def main(rank: int, world: int, port: int, out: Path) -> None:
-    torch.set_num_threads(1)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    from oat_ranks import join
+
+    join(rank, world, port)
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     import oat_harness as H
     from oat.args import default_args_validation
 

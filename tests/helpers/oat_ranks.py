@@ -43,13 +43,20 @@ def turns(tok, policy):
     return half(1, (1, 2), 0) + half(2, (8, 12), TURNS // 2)
 
 
-def main(rank: int, world: int, port: int, out: Path) -> None:
+def join(rank: int, world: int, port: int) -> None:
+    """This process as learner rank `rank` of `world`: one torch thread, a gloo group over loopback."""
+    import torch.distributed
+
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+
+
+def main(rank: int, world: int, port: int, out: Path) -> None:
+    join(rank, world, port)
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     import oat_harness as H
     from oat.args import default_args_validation
 
