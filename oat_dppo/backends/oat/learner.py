@@ -115,23 +115,24 @@ class _DeepSpeedHooks:
         return norm
 
     def agree_max(self, counts: list[int]) -> list[int]:
-        if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
-            return counts
-        device = "cuda" if torch.cuda.is_available() else "cpu"  # NCCL reduces CUDA tensors only
-        t = torch.tensor(counts, dtype=torch.int64, device=device)  # [n]
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        return [int(c) for c in t.tolist()]
+        return [int(c) for c in _over_ranks(counts, torch.int64, torch.distributed.ReduceOp.MAX)]
 
     def normalizers(self, tokens: float, sequences: float) -> tuple[float, float]:
         """DeepSpeed averages the learners' gradients: normalize by the mean count over learner ranks
         (the counts of a step differ between ranks: each holds other responses)."""
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        if world == 1:
-            return tokens, sequences
-        device = "cuda" if torch.cuda.is_available() else "cpu"  # NCCL reduces CUDA tensors only
-        counts = torch.tensor([tokens, sequences], dtype=torch.float64, device=device)  # [2]
-        torch.distributed.all_reduce(counts)  # the default group: every learner rank
-        return float(counts[0]) / world, float(counts[1]) / world
+        summed = _over_ranks([tokens, sequences], torch.float64, torch.distributed.ReduceOp.SUM)
+        return summed[0] / world, summed[1] / world
+
+
+def _over_ranks(values: list, dtype: torch.dtype, op) -> list:
+    """`values` reduced by `op` over every learner rank (the default group); one rank: as they are."""
+    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+        return list(values)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # NCCL reduces CUDA tensors only
+    t = torch.tensor(values, dtype=dtype, device=device)  # [n]
+    torch.distributed.all_reduce(t, op=op)
+    return t.tolist()
 
 
 class MetricsFile:
