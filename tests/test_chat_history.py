@@ -20,6 +20,8 @@ from oat_dppo.envs import chat_turn, make_env
 from oat_dppo.learner import collate
 
 GAME = "game:GuessTheNumber-v0-easy"
+# SmolLM2 (the real model whose template is in question) takes a minute to load and play here
+real_model = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +42,7 @@ def _play(model, tok, history: str, seeds=(1, 2, 3, 4)):
     return fmt, episodes
 
 
+@real_model
 def test_every_earlier_move_is_scored_as_the_ids_that_were_sampled(smollm2):
     """SmolLM2 on a real GEM game, chat history: every turn's prompt starts with the turn before, prompt and
     sampled ids, and the learner's packed row holds those ids where the move was sampled."""
@@ -56,6 +59,7 @@ def test_every_earlier_move_is_scored_as_the_ids_that_were_sampled(smollm2):
     assert batch.input_ids[0, start:start + len(a.response_ids)].tolist() == a.response_ids
 
 
+@real_model
 def test_the_continuation_is_the_models_own_chat_template(smollm2):
     """The pieces render what SmolLM2's tokenizer renders for the same conversation."""
     _, tok = smollm2
@@ -69,6 +73,7 @@ def test_the_continuation_is_the_models_own_chat_template(smollm2):
     assert ids[:len(first) + len(response)] == first + response
 
 
+@real_model
 def test_a_response_cut_by_the_budget_gets_the_end_of_its_turn_once(smollm2):
     _, tok = smollm2
     fmt = PromptFormat(tok, "chatml", None, "")
@@ -81,6 +86,7 @@ def test_a_response_cut_by_the_budget_gets_the_end_of_its_turn_once(smollm2):
     assert ids[len(first) + len(cut) + len(end):][:len(end)] != end  # sampled: not closed twice
 
 
+@real_model
 def test_text_history_scores_other_ids_than_were_sampled(smollm2):
     """The control: a move sampled as a non-canonical split of its text (letter by letter, where the tokenizer
     writes whole words). Chat history keeps the sampled ids; concat_with_action re-tokenizes the text, and the ids the
