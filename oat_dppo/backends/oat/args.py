@@ -125,10 +125,7 @@ _Append = tyro.conf.UseAppendAction
 
 @dataclass
 class DPPOArgs(OatArgs):
-    """Train an LLM agent with a pluggable trust region on Oat (vLLM actors, DeepSpeed learners).
-
-    The local backend's options (env, template, trust region) keep their names; Oat's own options follow.
-    See docs/gpu.md."""
+    """The Oat backend's command line: Oat's PPO options and the local backend's, under the same names."""
 
     # ---- Oat's fields, under the local backend's names too, some with the project's defaults ----------
     gpus: Optional[int] = _theirs(None, "GPUs in all (split between vLLM actors and DeepSpeed learners as Oat "
@@ -265,7 +262,9 @@ OWN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(DP
 
 def parse(argv: list[str]) -> Any:
     """`DPPOArgs` from a command line (prints help and exits on --help)."""
-    description = DPPOArgs.__doc__ or ""
+    description = ("Train an LLM agent with a pluggable trust region on Oat (vLLM actors, DeepSpeed learners).\n\n"
+                   "The local backend's options (env, template, trust region) keep their names; Oat's own options "
+                   "follow. See docs/gpu.md.")
     if OAT_ARGS_MISSING:
         description += f"\n\nNote: PPO's own options appear where Oat's PPO module imports: {OAT_ARGS_MISSING}."
     with warnings.catch_warnings():
