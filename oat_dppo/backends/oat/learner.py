@@ -1,19 +1,20 @@
 """`DPPOLearner`: Oat's `PPOLearner` whose learning step is the shared trust-region learner loop.
 
-Everything around the step stays Oat's: the DeepSpeed engine and optimizer, gradient accumulation,
-weight sync to vLLM, sleep/wake, collocation, LoRA, checkpoints, wandb, the learn() round. Per call
-(one learning round, the whole buffer as one batch, as in `PPOLearner.learning_step`):
+Everything around the step stays Oat's: the DeepSpeed engine and optimizer, weight sync to vLLM, sleep/wake,
+collocation, LoRA, checkpoints, wandb, the learn() round. The buffer holds whole episodes (`data.py`); before a
+round the learners trade them so that their tokens are even (`learn`). Per call (one learning round, the whole
+buffer as one batch, as in `PPOLearner.learning_step`):
 
-1. Oat's trajectory dict -> `TokenBatch` (`data.to_token_batch`: the shared `collate`), advantages
-   from the actor (the shared `assign_advantages`), or Oat's Monte-Carlo advantages for plain
-   `TransitionData`.
+1. Oat's trajectory dict (a row per turn) -> `TokenBatch` (`data.to_token_batch`: the shared `collate`; an
+   episode's chat turns one row), advantages from the actor (the shared `assign_advantages`), or Oat's
+   Monte-Carlo advantages for plain `TransitionData`.
 2. Only when the strategy anchors on a recomputed pi_old (`anchor="recompute"`, MiniRL) or mu is
    replaced by it (`--mu-source recompute`): one no-grad forward over the batch. Behavior-anchored
    strategies (DPPO, ratio clip on pi/mu) skip it: the paper's ~25% saving.
-3. The shared loop (`learner.loop.run_update`): `num_ppo_epochs` passes in Oat's order
-   (`np.random.permutation`), optimizer steps of `train_batch_size_per_device x accumulation`
-   rows, micro-batches of `train_batch_size_per_device`; DeepSpeed's engine does the backward and
-   steps at accumulation boundaries (`_DeepSpeedHooks`).
+3. The shared loop (`learner.loop.plan_update`, `run_update`): `num_ppo_epochs` passes in Oat's order
+   (`np.random.permutation`), optimizer steps of `train_batch_size / learners` turns (or episodes), micro-batches
+   of `train_batch_size_per_device`, as many on every rank; DeepSpeed's engine does the backward and steps at
+   the boundaries the hooks set (`_DeepSpeedHooks`).
 
 Equivalence with stock Oat (tests/test_oat_backend_learner.py): `ppo_clip` with eps_low = eps_high =
 cliprange, `anchor="recompute"`, `--mu-source recompute` and Oat's aggregation reproduces
