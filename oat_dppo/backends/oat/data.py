@@ -74,7 +74,7 @@ def turns_of(item: TransitionData) -> list:
     return list(item.turns) if isinstance(item, DPPOEpisodeData) else [item]
 
 
-def transition_from_turn(turn: Turn, *, ignore_no_eos: bool = False, info: dict | None = None) -> DPPOTransitionData:
+def transition_from_turn(turn: Turn, *, ignore_no_eos: bool = False) -> DPPOTransitionData:
     """A played turn (advantage assigned) -> the transition an episode carries."""
     L = len(turn.response_ids)
     rewards = [0.0] * L
@@ -89,7 +89,7 @@ def transition_from_turn(turn: Turn, *, ignore_no_eos: bool = False, info: dict 
         rewards=rewards,
         # Oat's --ignore-no-eos: responses cut by the budget are not trained on.
         loss_mask=not (ignore_no_eos and turn.finish_reason == "length"),
-        info=dict(info or {}),
+        info={},  # the episode's item carries the round's metrics
         advantage=float(turn.advantage),
         # int32 ids and float32 log-probs: [4096, 21] is 344 KiB per turn through Oat's plasma store.
         topk_ids=None if turn.topk_ids is None else np.asarray(turn.topk_ids, dtype=np.int32),
