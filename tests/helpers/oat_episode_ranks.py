@@ -6,7 +6,7 @@
 WORLD gloo processes, each a real `DPPOLearner` in a DeepSpeed engine (tests/oat_harness.py), as
 oat_ranks.py. The round is 8 episodes: 4 of one turn, then 4 of four turns. With WORLD 2, rank 0 holds the
 short episodes and rank 1 the long ones (4x the turns); with WORLD 1 the one rank holds all 8. For each ZeRO
-stage (0, 2, 3), from the same initial weights (SGD):
+stage (0, 2, 3), from the same initial weights (SGD, `oat_ranks.sgd_learner`):
 
 * "balanced": Oat's `learn()` round: the ranks first trade episodes by tokens (`learner.balance.exchange_by_tokens`), then
   take one optimizer step of all 8 episodes (`--mini-batch-unit episodes`);
@@ -30,7 +30,7 @@ import torch
 
 STAGES = (0, 2, 3)
 VARIANTS = ("balanced", "unbalanced", "steps")
-EPISODES, MICRO, LR = 8, 2, 0.5
+EPISODES, MICRO = 8, 2  # SGD at oat_ranks.LR
 
 
 def episodes(tok, policy) -> list:
@@ -53,16 +53,14 @@ def episodes(tok, policy) -> list:
 
 
 def main(rank: int, world: int, port: int, out: Path) -> None:
-    from oat_ranks import join
+    from oat_ranks import join, sgd_learner
 
     join(rank, world, port)
     import torch.distributed as dist
 
     import oat_harness as H
-    from oat.args import default_args_validation
 
-    from oat_dppo.backends.oat.args import DPPOArgs, finalize
-    from oat_dppo.backends.oat.learner import DPPOLearner, hf_policy
+    from oat_dppo.backends.oat.learner import hf_policy
 
     tok = H.byte_tokenizer()
     initial = H.tiny_policy(tok, seed=0)
@@ -72,17 +70,11 @@ def main(rank: int, world: int, port: int, out: Path) -> None:
     for stage in STAGES:
         for variant in VARIANTS:
             step_episodes = 2 if variant == "steps" else EPISODES
-            kw = {**H.CPU_ARGS, **H.SMALL_ARGS, "env": "smoke:digits", "trust_region": "pg_is",
-                  "aggregation": "token_mean", "mini_batch_unit": "episodes", "zero_stage": stage,
-                  "episodes_per_iteration": EPISODES, "num_samples": 1, "train_batch_size": step_episodes,
-                  "train_batch_size_per_device": 1 if variant == "steps" else MICRO, "generate_max_length": 32}
-            args = DPPOArgs(**kw)
-            finalize(args, world_size=world)
-            default_args_validation(args)
-            model = H.tiny_policy(tok, seed=0)
-            model.load_state_dict(initial.state_dict())
-            learner = H.make_stock_learner(args=args, learner_cls=DPPOLearner, model=model, tokenizer=tok,
-                                           optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=LR))
+            learner = sgd_learner(tok, initial, world, env="smoke:digits", trust_region="pg_is",
+                                  aggregation="token_mean", mini_batch_unit="episodes", zero_stage=stage,
+                                  episodes_per_iteration=EPISODES, num_samples=1, train_batch_size=step_episodes,
+                                  train_batch_size_per_device=1 if variant == "steps" else MICRO,
+                                  generate_max_length=32)
             np.random.seed(0)
             if variant == "unbalanced":
                 infos, _ = H.run_learning_step(learner, H.collate(learner, mine))

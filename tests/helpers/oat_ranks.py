@@ -53,15 +53,31 @@ def join(rank: int, world: int, port: int) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 
 
+def sgd_learner(tok, initial, world: int, **options):
+    """A real `DPPOLearner` in a DeepSpeed engine (SGD at LR) from `initial`'s weights, its arguments the
+    harness's CPU and small settings with `options` over them, finalized for `world` learner ranks."""
+    import oat_harness as H
+    from oat.args import default_args_validation
+
+    from oat_dppo.backends.oat.args import DPPOArgs, finalize
+    from oat_dppo.backends.oat.learner import DPPOLearner
+
+    args = DPPOArgs(**{**H.CPU_ARGS, **H.SMALL_ARGS, **options})
+    finalize(args, world_size=world)
+    default_args_validation(args)
+    model = H.tiny_policy(tok, seed=0)
+    model.load_state_dict(initial.state_dict())
+    return H.make_stock_learner(args=args, learner_cls=DPPOLearner, model=model, tokenizer=tok,
+                                optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=LR))
+
+
 def main(rank: int, world: int, port: int, out: Path) -> None:
     join(rank, world, port)
     import torch.distributed as dist
 
     import oat_harness as H
-    from oat.args import default_args_validation
 
-    from oat_dppo.backends.oat.args import DPPOArgs, finalize
-    from oat_dppo.backends.oat.learner import DPPOLearner, _DeepSpeedHooks, hf_policy
+    from oat_dppo.backends.oat.learner import _DeepSpeedHooks, hf_policy
 
     tok = H.byte_tokenizer()
     initial = H.tiny_policy(tok, seed=0)
@@ -70,16 +86,9 @@ def main(rank: int, world: int, port: int, out: Path) -> None:
     saved, tokens = {}, {}
     for mode in MODES:
         for variant in VARIANTS:
-            kw = {**H.CPU_ARGS, **H.SMALL_ARGS, "env": "rg:arc_1d", "trust_region": "pg_is", "aggregation": mode,
-                  "episodes_per_iteration": TURNS, "num_samples": GROUP, "train_batch_size": TURNS,
-                  "train_batch_size_per_device": MICRO, "generate_max_length": 32}
-            args = DPPOArgs(**kw)
-            finalize(args, world_size=world)
-            default_args_validation(args)
-            model = H.tiny_policy(tok, seed=0)
-            model.load_state_dict(initial.state_dict())
-            learner = H.make_stock_learner(args=args, learner_cls=DPPOLearner, model=model, tokenizer=tok,
-                                           optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=LR))
+            learner = sgd_learner(tok, initial, world, env="rg:arc_1d", trust_region="pg_is", aggregation=mode,
+                                  episodes_per_iteration=TURNS, num_samples=GROUP, train_batch_size=TURNS,
+                                  train_batch_size_per_device=MICRO, generate_max_length=32)
             original = _DeepSpeedHooks.normalizers
             if variant == "per_rank":
                 _DeepSpeedHooks.normalizers = lambda self, t, s: (t, s)
