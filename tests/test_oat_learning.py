@@ -55,8 +55,11 @@ BAND = 0.6
 CONTROL = "oat 1+1 zero2 lr 1e-8 (cannot learn)"
 
 
+TURNS: dict[str, list[tuple[int, int, int]]] = {}  # run -> (episodes, turns played, turns trained) per Oat round
+
+
 def run(out: Path, name: str, argv: list[str]) -> list[float]:
-    """The run's rollout reward per round."""
+    """The run's rollout reward per round (and, for Oat runs, its turns played and trained in TURNS)."""
     run_dir = out / name.replace(" ", "_").replace("+", "p")
     proc = subprocess.run([sys.executable, "-m", "oat_dppo.main", *PROBLEM, *argv, "--run-dir", str(run_dir)],
                           capture_output=True, text=True, errors="replace", env=child_env(), timeout=1200,
@@ -66,6 +69,11 @@ def run(out: Path, name: str, argv: list[str]) -> list[float]:
     rows = [json.loads(line) for f in files for line in f.read_text().splitlines()]
     rewards = [r["rollout/reward_mean"] for r in rows if "rollout/reward_mean" in r]
     assert len(rewards) == ROUNDS, (name, rewards)
+    turns = [(int(r["rollout/episodes"]), round(r["rollout/turns_mean"] * r["rollout/episodes"]),
+              int(r["rollout/turns_trained"]))
+             for r in rows if "rollout/turns_trained" in r]  # Oat's actor counts what it sends
+    if turns:
+        TURNS[name] = turns
     return rewards
 
 
@@ -87,11 +95,26 @@ def curves(tmp_path_factory):
         w.writerow(["round", *out])
         for i in range(ROUNDS):
             w.writerow([i + 1, *(f"{out[k][i]:.4f}" for k in out)])
+    with path.with_name(path.stem + "_turns.csv").open("w", newline="") as f:  # played/trained per Oat round
+        w = csv.writer(f)
+        w.writerow(["round", *TURNS])
+        for i in range(ROUNDS):
+            w.writerow([i + 1, *(f"{TURNS[k][i][1]}/{TURNS[k][i][2]}" for k in TURNS)])
     return out
 
 
 def learns(curves, name: str) -> bool:
     return rise(curves[name]) >= BAND * rise(curves["local"])
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_every_oat_round_trains_the_turns_it_played(curves, name):
+    """Two-turn episodes (logged by learner rank 0: its actor's share of the round): twice as many turns played
+    as episodes, and all of them trained (the turn sampling this replaced trained one turn per episode; a turn
+    whose response is empty has nothing to train)."""
+    rounds = TURNS[name]
+    assert len(rounds) == ROUNDS and all(played == 2 * episodes for episodes, played, _ in rounds), rounds
+    assert all(trained >= 0.95 * played for _, played, trained in rounds), rounds
 
 
 def test_the_local_backend_learns_and_the_measure_can_fail(curves):
