@@ -12,23 +12,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import signal
 import sys
 from typing import IO, Any, TypeVar
 
 import tyro
 
 EXIT_BAD_INPUT = 2
-#: What stops a run early, on both backends: a closed terminal or ssh session, Ctrl-C, a scheduler
-#: (SLURM's time limit, `docker stop`, Kubernetes). Each ends the run with `stop_status`.
-STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
 T = TypeVar("T")
-
-
-def stop_status(sig: int) -> int:
-    """The exit status of a run stopped by `sig`: the shell's 128 + its number (SIGTERM 143, SIGINT 130,
-    SIGHUP 129), so that a scheduler or a wrapper script tells a stopped run from a finished one."""
-    return 128 + int(sig)
 
 
 def opt(default: Any, help: str) -> Any:

@@ -330,6 +330,26 @@ def test_a_stop_signal_saves_and_the_run_resumes(tmp_path, capsys, sig):
             f"{done + 1} to train longer") in capsys.readouterr().err
 
 
+def test_a_closed_terminal_saves_and_exits_129(tmp_path):
+    """The run's terminal closes (an ssh session dies): SIGHUP, and every later write to the terminal fails
+    with EIO. The run still finishes its update, saves, exits 129 and resumes; with or without the
+    progress bar (before the shared stop path: exit status 1, the handler's own message raised EIO)."""
+    from helpers.terminal import Terminal  # noqa: PLC0415
+
+    for progress in ("--progress", "--no-progress"):
+        run_dir = tmp_path / progress
+        argv = [sys.executable, "-m", "oat_dppo.main", *TINY, progress, "--run-dir", str(run_dir), "--env",
+                "rg:arc_1d", "--iterations", "50", "--episodes-per-iteration", "2", "--eval-every", "0"]
+        term = Terminal(argv, env=child_env(), cwd=REPO)
+        metrics_file = run_dir / "metrics.jsonl"
+        assert term.read_until(lambda _: metrics_file.exists() and metrics_file.read_text().count("\n") >= 1, 120), \
+            term.text[-2000:]
+        assert term.hang_up(timeout=120) == 129, progress
+        done = len(metrics(run_dir))
+        assert json.loads((run_dir / "checkpoint" / "state.json").read_text())["iteration"] == done - 1
+    assert main(["--resume", str(run_dir), "--iterations", str(done + 1)]) == 0
+
+
 @pytest.mark.parametrize("evaluation_due, said", [
     (True, "SIGINT: finishing this update and its held-out evaluation (64 episodes), then saving a checkpoint"),
     (False, "SIGINT: finishing this update, then saving a checkpoint"),

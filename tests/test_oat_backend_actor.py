@@ -340,6 +340,21 @@ def test_actor_scores_the_reply_effect_with_vllms_prompt_logprobs(tok, model):
     assert both["reply_effect_turns"] == 4 * r["reply_effect_turns"]
 
 
+def test_with_lora_sync_only_every_vllm_call_scores_the_synced_adapter(tok, model):
+    """--lora-sync-only: the learner syncs a LoRA adapter, and vLLM applies it only to requests that name it.
+    Sampling, the reply effect's scores and --check-sync's probe (the same scoring call) all name it (the scoring calls once named
+    none, so eval/reply_effect and the sync check scored the base model)."""
+    args = dppo_args(env="smoke:hidden_digit", env_option=["guess=any_char"], response_prefix="", max_turns=4)
+    actor = make_actor(args, model, tok)
+    actor.use_lora_req, actor.lora_path = True, "/runs/x/lora_adapter"
+    actor.llm.lora_requests.clear()
+    r = actor.evaluate_episodes(list(range(4)))
+    assert r["reply_effect_turns"] > 0
+    actor._continuation_logprobs([([1, 2, 3], [4, 5])])  # what --check-sync's probe asks
+    names = {getattr(req, "lora_name", None) for req in actor.llm.lora_requests}
+    assert len(actor.llm.lora_requests) >= 3 and names == {"lora_adapter"}
+
+
 def test_actor_evaluation_and_combination(tok, model):
     actor = make_actor(dppo_args(eval_temperature=1.0), model, tok)
     r = actor.evaluate_episodes([1, 2, 3])

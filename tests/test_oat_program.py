@@ -25,6 +25,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers.terminal import Terminal
+
+from oat_dppo.stopping import marked_processes
 
 pytest.importorskip("launchpad", reason="Oat's stack is .venv-oat (`make setup-oat`)")
 pytest.importorskip("oat.interface")
@@ -76,18 +79,7 @@ class Program:
 
     def processes(self) -> list[int]:
         """Every live process that carries this program's marker (zombies excluded)."""
-        out = []
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                if (d / "stat").read_text().split(") ")[-1].startswith("Z"):
-                    continue
-                if f"OAT_DPPO_TEST_PROGRAM={self.marker}".encode() in (d / "environ").read_bytes().split(b"\0"):
-                    out.append(int(d.name))
-            except OSError:
-                continue
-        return out
+        return marked_processes(self.marker, "OAT_DPPO_TEST_PROGRAM")
 
     def node_pid(self, label: str) -> int:
         """The Python process of the node `label` (launchpad runs it behind a bash wrapper titled so)."""
@@ -274,6 +266,42 @@ def test_a_stop_signal_ends_every_node_with_the_signals_status(tmp_path, sig, mo
     assert rc == 128 + sig, run.output()[-2000:]
     assert f"stopped by {signal.Signals(sig).name}" in run.output()
     assert left == [], "no process of the run is left"
+
+
+def test_a_closed_terminal_ends_every_node_with_129(tmp_path):
+    """The launcher's terminal closes (an ssh session dies): SIGHUP to the launcher and its nodes, and every
+    later write to the terminal fails with EIO. Status 129 and no process left (before the shared stop
+    path: status 1, the launcher's closing line raised EIO)."""
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, OAT_DPPO_TEST_PROGRAM=marker, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    run_dir = tmp_path / "hung_up"
+    term = Terminal([sys.executable, "-m", "oat_dppo.main", *BASE, "--run-dir", str(run_dir), "--gpus", "2",
+                     "--iterations", "1000", "--episodes-per-iteration", "8", "--train-batch-size", "8",
+                     "--train-batch-size-per-device", "4"], env=env)
+    rounds = lambda _: any("train/grad_norm" in line for f in run_dir.glob("*/metrics.jsonl")  # noqa: E731
+                           for line in f.read_text().splitlines())
+    started = term.read_until(rounds, timeout=300)
+    rc = term.hang_up(timeout=120)
+    deadline = time.monotonic() + 30
+    while marked_processes(marker, "OAT_DPPO_TEST_PROGRAM") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = marked_processes(marker, "OAT_DPPO_TEST_PROGRAM")
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert started, term.text[-3000:]
+    assert rc == 129, term.text[-3000:]
+    assert left == []
+
+
+def test_a_sigkilled_launcher_leaves_no_node(tmp_path):
+    """`kill -9` of the launcher (the OOM killer): it cannot stop its nodes, its watchdog does; nothing of the
+    run is left 30 s later (before the watchdog: 7 node and plasma processes still ran)."""
+    run = Program(tmp_path / "killed", "--gpus", "2", "--iterations", "1000", "--episodes-per-iteration", "8",
+                  "--train-batch-size", "8", "--train-batch-size-per-device", "4")
+    wait_for_learning_rounds(run, 1)
+    os.kill(run.proc.pid, signal.SIGKILL)
+    run.wait(timeout=30)
+    assert no_process_left(run, within_s=30) == []
 
 
 def test_a_crashed_node_ends_the_program_with_a_clear_message(tmp_path):

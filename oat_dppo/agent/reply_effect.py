@@ -87,6 +87,19 @@ def cases_from_episodes(episodes: Sequence[Episode], encode: Callable[[str], str
     return out
 
 
+def held_out_metrics(episodes: Sequence[Episode], encode: Callable[[str], str],
+                     move_policy: Callable[[], "MovePolicy"]) -> dict[str, float]:
+    """An evaluation's metrics, on both backends: `episode_metrics`, and the reply effect (with the turns it
+    scored) where the env declares how its replies change; `move_policy()` builds the scorer only then."""
+    from oat_dppo.agent.metrics import episode_metrics  # noqa: PLC0415 (metrics imports nothing of this)
+
+    out = episode_metrics(episodes)
+    cases = cases_from_episodes(episodes, encode)
+    if cases:
+        out.update(reply_effect=reply_effect(move_policy(), cases), reply_effect_turns=float(len(cases)))
+    return out
+
+
 PairScorer = Callable[[Sequence[tuple[list[int], list[int]]]], Sequence[float]]
 
 

@@ -104,7 +104,8 @@ def main(argv: list[str]) -> int:
     from oat_dppo.backends.oat import cpu
     from oat_dppo.backends.oat.args import resolve
     from oat_dppo.backends.oat.program import cpu_environment, resolve_model
-    from oat_dppo.backends.oat.supervise import Stopped, Supervisor, exit_status
+    from oat_dppo.backends.oat.supervise import Stopped, Supervisor
+    from oat_dppo.stopping import stop_status
 
     args, _ = resolve(job["argv"])
     save = Path(args.save_path)
@@ -139,7 +140,7 @@ def main(argv: list[str]) -> int:
         try:
             runpy.run_module("oat.experiment.run_math_rl", run_name="__main__", alter_sys=True)
         except Stopped as stop:
-            return exit_status(stop.signal)
+            return stop_status(stop.signal)
     return status[0] if status else 1
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, NamedTuple
 
-from oat_dppo.cli import STOP_SIGNALS, stop_status
+from oat_dppo.stopping import STOP_SIGNALS, stop_status
 from oat_dppo.plot.data import read_metrics
 from oat_dppo.rundir import RunDir, checkpoint_exists, checkpoint_iteration
 from oat_dppo.study.committed import commit

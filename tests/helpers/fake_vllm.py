@@ -68,6 +68,7 @@ class StandInLLM:
         self.model.eval()
         self.tokenizer = hf_tokenizer
         self.calls = 0
+        self.lora_requests = []  # of every generate call
         self.events: list[tuple] = []
         self.last_outputs: list = []
         max_len = vllm_args.get("max_model_len") or getattr(self.model.config, "max_position_embeddings", 4096)
@@ -111,6 +112,7 @@ class StandInLLM:
     def generate(self, prompts, sampling_params=None, lora_request=None, use_tqdm=True):
         self.calls += 1
         self.events.append(("generate", len(prompts)))
+        self.lora_requests.append(lora_request)
         outs = []
         if not isinstance(sampling_params, (list, tuple)):
             sampling_params = [sampling_params] * len(prompts)

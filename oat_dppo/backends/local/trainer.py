@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from oat_dppo.agent import Episode, PromptFormat, assign_advantages, episode_metrics, play_episodes
-from oat_dppo.agent.reply_effect import ModelMovePolicy, cases_from_episodes, reply_effect
+from oat_dppo.agent.reply_effect import ModelMovePolicy, held_out_metrics
 from oat_dppo.backends.local import checkpoint
 from oat_dppo.components import (
     build_envs,
@@ -29,7 +29,7 @@ from oat_dppo.components import (
     effective_trust_region_options,
     resolve_template,
 )
-from oat_dppo.cli import STOP_SIGNALS, python_command, stop_status
+from oat_dppo.cli import python_command
 from oat_dppo import determinism
 from oat_dppo.config import ConfigError, TrainConfig, to_dict
 from oat_dppo.engine import vllm as vllm_engine
@@ -48,6 +48,7 @@ from oat_dppo.models import (
 from oat_dppo.provenance import provenance
 from oat_dppo.rundir import RunDir, RunDirError, checkpoint_exists
 from oat_dppo.seeds import derive_seed, episode_seeds, eval_seeds
+from oat_dppo.stopping import StopSignals, say, stop_status
 from oat_dppo.threads import choose_threads
 from oat_dppo.trust_region import requirements
 
@@ -297,7 +298,7 @@ class LocalTrainer:
             self._stop_requested = True
             then = (f" and its held-out evaluation ({len(self.eval_envs)} episodes)"
                     if self._phase == "train" and self._evaluation_due else "")
-            print(f"\n{name}: finishing this update{then}, then saving a checkpoint (again to abort now)", file=self.out)
+            say(f"\n{name}: finishing this update{then}, then saving a checkpoint (again to abort now)", self.out)
             return
         raise Interrupted(name)
 
@@ -318,47 +319,44 @@ class LocalTrainer:
                   f"{cfg.iterations}; raise --iterations above {self.start_iteration} to train longer", file=self.out)
             self.close()
             return 0
-        previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
-        for s in previous:  # before the directory is made: a Ctrl-C from here on is handled below
-            signal.signal(s, self._on_signal)
-        bar = None
-        last_saved = self.start_iteration - 1
-        interrupted = False
-        try:
-            if self.run_dir is None:
-                self.run_dir = self._open_run_dir()
-            self.writer = self._make_writer()
-            bar = self._progress_bar()
-            t_run = time.perf_counter()
-            for iteration in range(self.start_iteration, cfg.iterations):
-                self._evaluation_due = bool(cfg.eval_every and (iteration + 1) % cfg.eval_every == 0 and self.eval_envs)
-                row = self.train_iteration(iteration)
-                if self._evaluation_due:
-                    row.update(self.evaluate(iteration))
-                row["wall_time"] = time.perf_counter() - t_run
-                # Metrics, then checkpoint, as one step a signal cannot split. (A hard kill between
-                # the two leaves one metrics line ahead; --resume redoes that iteration and trims it.)
-                self._phase = "save"
-                self._emit(row)
-                if (iteration + 1) % cfg.save_every == 0 or iteration == cfg.iterations - 1 or self._stop_requested:
-                    self.save_checkpoint(iteration)
-                    last_saved = iteration
+        # Stop signals are handled from before the directory is made (`_on_signal`).
+        with StopSignals(lambda sig: self._on_signal(sig, None)):
+            bar = None
+            last_saved = self.start_iteration - 1
+            interrupted = False
+            try:
+                if self.run_dir is None:
+                    self.run_dir = self._open_run_dir()
+                self.writer = self._make_writer()
+                bar = self._progress_bar()
+                t_run = time.perf_counter()
+                for iteration in range(self.start_iteration, cfg.iterations):
+                    self._evaluation_due = bool(cfg.eval_every and (iteration + 1) % cfg.eval_every == 0 and self.eval_envs)
+                    row = self.train_iteration(iteration)
+                    if self._evaluation_due:
+                        row.update(self.evaluate(iteration))
+                    row["wall_time"] = time.perf_counter() - t_run
+                    # Metrics, then checkpoint, as one step a signal cannot split. (A hard kill between
+                    # the two leaves one metrics line ahead; --resume redoes that iteration and trims it.)
+                    self._phase = "save"
+                    self._emit(row)
+                    if (iteration + 1) % cfg.save_every == 0 or iteration == cfg.iterations - 1 or self._stop_requested:
+                        self.save_checkpoint(iteration)
+                        last_saved = iteration
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix_str(self._postfix(row))
+                    else:  # batch jobs: a text log, one line per iteration
+                        print(f"iteration {iteration + 1}/{cfg.iterations}: {self._postfix(row)}, "
+                              f"{row['time/iteration_s']:.1f} s", file=self.out, flush=True)
+                    if self._stop_requested:
+                        raise Interrupted("signal")
+            except (Interrupted, KeyboardInterrupt):
                 if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix_str(self._postfix(row))
-                else:  # batch jobs: a text log, one line per iteration
-                    print(f"iteration {iteration + 1}/{cfg.iterations}: {self._postfix(row)}, "
-                          f"{row['time/iteration_s']:.1f} s", file=self.out, flush=True)
-                if self._stop_requested:
-                    raise Interrupted("signal")
-        except (Interrupted, KeyboardInterrupt):
-            if bar is not None:
-                bar.close()
-            interrupted = True
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-            self.close()
+                    bar.close()
+                interrupted = True
+            finally:
+                self.close()
         if interrupted:
             self._after_interruption(saved=last_saved + 1)
             return stop_status(self._stop_signal or signal.SIGINT)
@@ -376,16 +374,16 @@ class LocalTrainer:
         if self.run_dir is None and not self.resume:  # stopped while the directory was being made
             if self.run_dir_path.is_dir():
                 RunDir(self.run_dir_path, create=False).discard()
-            print("\ninterrupted before the run started: nothing was saved", file=self.out)
+            say("\ninterrupted before the run started: nothing was saved", self.out)
         elif self.run_dir is None:
-            print("\ninterrupted before the resumed run started: its directory is as it was", file=self.out)
+            say("\ninterrupted before the resumed run started: its directory is as it was", self.out)
         elif not self.resume and not checkpoint_exists(self.run_dir.checkpoint_path):
             self.run_dir.discard()
-            print(f"\ninterrupted before the first checkpoint: nothing was saved, and {self.run_dir.path} "
-                  "was removed", file=self.out)
+            say(f"\ninterrupted before the first checkpoint: nothing was saved, and {self.run_dir.path} "
+                  "was removed", self.out)
         else:
-            print(f"\ninterrupted: {saved} of {self.cfg.iterations} iterations saved in {self.run_dir.path}\n"
-                  f"resume with: {python_command()} -m oat_dppo.main --resume {self.run_dir.path}", file=self.out)
+            say(f"\ninterrupted: {saved} of {self.cfg.iterations} iterations saved in {self.run_dir.path}\n"
+                  f"resume with: {python_command()} -m oat_dppo.main --resume {self.run_dir.path}", self.out)
 
     def train_iteration(self, iteration: int) -> dict:
         cfg = self.cfg
@@ -445,12 +443,9 @@ class LocalTrainer:
             max_new_tokens=self.max_new_tokens, topk=0, generation_seed=derive_seed(self.cfg.seed, "eval-gen", iteration),
             temperature=self.cfg.eval_temperature,
         )
-        out = {f"eval/{k}": v for k, v in episode_metrics(episodes).items()}
-        cases = cases_from_episodes(episodes, lambda obs: self.prompt.encode(obs)[0])
-        if cases:  # the env declares how its replies change: one scoring pass over the turns after one
-            policy = ModelMovePolicy(self.model, self.tokenizer, self.cfg.response_prefix)
-            out["eval/reply_effect"] = reply_effect(policy, cases)
-            out["eval/reply_effect_turns"] = float(len(cases))
+        scorer = lambda: ModelMovePolicy(self.model, self.tokenizer, self.cfg.response_prefix)  # noqa: E731
+        held_out = held_out_metrics(episodes, lambda obs: self.prompt.encode(obs)[0], scorer)
+        out = {f"eval/{k}": v for k, v in held_out.items()}
         self._phase = "log"
         out["eval/env_errors"] = stats.env_errors
         out["time/eval_s"] = time.perf_counter() - t0

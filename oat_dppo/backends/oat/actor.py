@@ -26,7 +26,7 @@ from oat.algorithms.ppo import PPOActor
 from vllm.lora.request import LoRARequest
 
 from oat_dppo.agent import EVAL_KEYS, PromptFormat, assign_advantages, episode_metrics, play_episodes
-from oat_dppo.agent.reply_effect import ScoredMovePolicy, cases_from_episodes, reply_effect
+from oat_dppo.agent.reply_effect import ScoredMovePolicy, held_out_metrics
 from oat_dppo.backends.oat import cpu
 from oat_dppo.backends.oat.args import to_train_config
 from oat_dppo.backends.oat.data import DPPOEpisodeData, episode_data
@@ -99,12 +99,11 @@ class DPPOActor(PPOActor):
 
     def _continuation_logprobs(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[list[float]]:
         """For each (prompt ids, continuation ids): log mu of each continuation token given what precedes
-        it, from vLLM's prompt log-probs (one generate call over all pairs)."""
+        it, from vLLM's prompt log-probs (one generate call over all pairs, with the synced LoRA if any)."""
         if not pairs:
             return []
         params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
-        outs = self.llm.generate([{"prompt_token_ids": list(p) + list(c)} for p, c in pairs], sampling_params=params,
-                                 use_tqdm=False)
+        outs = self._generate_tokens([{"prompt_token_ids": list(p) + list(c)} for p, c in pairs], params)
         return [[float(out.prompt_logprobs[len(p) + i][tok].logprob) for i, tok in enumerate(c)]
                 for out, (p, c) in zip(outs, pairs)]
 
@@ -189,12 +188,9 @@ class DPPOActor(PPOActor):
             max_new_tokens=args.eval_generate_max_length or args.generate_max_length, topk=0,
             generation_seed=derive_seed(self.seed_base, "oat-eval", self.steps_done),
         )
-        m = episode_metrics(episodes)
-        cases = cases_from_episodes(episodes, lambda obs: self.prompt.encode(obs)[0])
-        if cases:  # the env declares how its replies change: scored by this actor's vLLM (synced weights)
-            policy = ScoredMovePolicy(lambda pairs: [sum(lp) for lp in self._continuation_logprobs(pairs)],
-                                      self.tokenizer, args.response_prefix)
-            m.update(reply_effect=reply_effect(policy, cases), reply_effect_turns=float(len(cases)))
+        scorer = lambda: ScoredMovePolicy(  # noqa: E731  this actor's vLLM (synced weights)
+            lambda pairs: [sum(lp) for lp in self._continuation_logprobs(pairs)], self.tokenizer, args.response_prefix)
+        m = held_out_metrics(episodes, lambda obs: self.prompt.encode(obs)[0], scorer)
         return {k: float(m.get(k, math.nan)) for k in EVAL_KEYS}
 
 

