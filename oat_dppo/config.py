@@ -19,7 +19,7 @@ EngineChoice = Literal["auto", "hf", "vllm"]
 EngineDtype = Literal["auto", "bfloat16", "float16", "float32"]
 LogTo = Literal["tensorboard", "wandb", "none"]
 Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_sum_constant_length"]
-AdvantageMode = Literal["batch_norm", "group", "group_norm", "group_episode"]
+AdvantageMode = Literal["batch_norm", "group", "group_norm", "group_episode", "gigpo"]
 Direction = Literal["low", "high", "both"]
 AnchorChoice = Literal["behavior", "recompute"]
 
@@ -211,7 +211,8 @@ class TrainConfig:
         "a start seed: group (a turn's return-to-go minus the group's mean episode return), group_norm (the "
         "same over the group's std), group_episode (every turn gets its episode's return minus the group's "
         "mean: the paper's sequence-level advantage; over many turns group pushes the late turns of good "
-        "episodes down, docs/results.md).",
+        "episodes down, docs/results.md), gigpo (step-level credit, GiGPO: group_norm's episode term plus each "
+        "turn's return-to-go against the group's other turns that saw the same observation).",
     )
     gamma: Optional[float] = opt(
         None,

@@ -124,6 +124,44 @@ def test_group_pushes_down_the_late_turns_of_the_best_episode_and_group_episode_
     assert sum(e.turns[0].advantage for e in batch) == pytest.approx(0.0, abs=1e-12)  # centred per episode
 
 
+def seen(seed: int, steps: list[tuple[str, float]]) -> Episode:
+    """An episode of turns that answered these observations with these rewards."""
+    e = episode(seed, [r for _, r in steps])
+    for t, (obs, _) in zip(e.turns, steps):
+        t.observation = obs
+    return e
+
+
+def test_gigpo_compares_turns_that_saw_the_same_state_by_hand():
+    """A group of three guessing games (gamma 1, reward 1 on the win). All start at the same state "s0";
+    two then reach "low" (the same hint), one "high". By hand:
+    G_0 = [1, 0, 1]: episode term (G_0 - 2/3) / std, std = sqrt(2)/3: [+1/sqrt(2), -sqrt(2), +1/sqrt(2)].
+    Step group "s0" (every first turn): returns-to-go [1, 0, 1], the same numbers: the same term again.
+    Step group "low" (turn 2 of episodes 0 and 1): returns-to-go [1, 0]: (+-0.5) / 0.5 = +-1.
+    Step group "high" (episode 2's turn 2 alone): 0."""
+    group = [seen(5, [("s0", 0.0), ("low", 1.0)]), seen(5, [("s0", 0.0), ("low", 0.0)]),
+             seen(5, [("s0", 0.0), ("high", 1.0)])]
+    assign_advantages(group, "gigpo", gamma=1.0)
+    e = np.array([1.0, 0.0, 1.0])
+    a_ep = (e - e.mean()) / (e.std() + EPS)
+    expected = [[2 * a_ep[0], a_ep[0] + 0.5 / (0.5 + EPS)], [2 * a_ep[1], a_ep[1] - 0.5 / (0.5 + EPS)],
+                [2 * a_ep[2], a_ep[2]]]
+    assert np.allclose(advantages(group), expected, rtol=0, atol=1e-12)
+    assert a_ep[0] == pytest.approx(1 / math.sqrt(2), rel=1e-5)
+
+
+def test_gigpo_without_shared_states_is_its_episode_term_and_groups_do_not_mix():
+    """No two turns of a group saw the same observation: every turn gets the episode term (group_norm's
+    G_0 version) and nothing else. The same observation in another group (another seed) is another state."""
+    group = [seen(1, [("a", 0.0), ("b", 1.0)]), seen(1, [("c", 0.0)]), seen(2, [("a", 1.0)]), seen(2, [("d", 0.0)])]
+    assign_advantages(group, "gigpo", gamma=0.9)
+    for members in (group[:2], group[2:]):
+        g0 = np.array([m.turns[0].ret for m in members])
+        a_ep = (g0 - g0.mean()) / (g0.std() + EPS)
+        for m, a in zip(members, a_ep):
+            assert [t.advantage for t in m.turns] == [pytest.approx(a, abs=1e-12)] * len(m.turns)
+
+
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="advantage mode must be one of"):
         assign_advantages([episode(0, [1.0])], "grpo")  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ import numpy as np
 
 from oat_dppo.agent.types import Episode
 
-AdvantageMode = Literal["batch_norm", "group", "group_norm", "group_episode"]
+AdvantageMode = Literal["batch_norm", "group", "group_norm", "group_episode", "gigpo"]
 ADVANTAGE_MODES: tuple[str, ...] = AdvantageMode.__args__  # type: ignore[attr-defined]
 
 
@@ -37,6 +37,12 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
     group_norm:    the same, divided by the group's std of episode returns (GRPO proper).
     group_episode: G_0 - mean G_0 over the group, the same for every turn of an episode: the paper's
                    sequence-level advantage R(y) - mean R (under eq. 9; Shao et al.) with a whole trajectory as y.
+
+    gigpo:         GiGPO (Feng et al. 2025, eq. 7-9): an episode-level term, (G_0 - mean G_0) / std G_0 over the
+                   group, plus a step-level term: the turns of the group's episodes that answered the same
+                   observation (an anchor state: the same board, the same hints) form a step group, and a
+                   turn's return-to-go is compared with the step group's, (G_t - mean G_t) / std G_t; 0 for a
+                   turn whose observation no other turn of the group saw. Weight 1 on both terms (the paper's).
 
     In a single-turn group all three group modes agree up to the scale (G_t = G_0). Over several turns,
     `group` and `group_norm` compare a turn's return-to-go with the group's whole-episode return: both are
@@ -68,7 +74,27 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
         returns = np.array([m.turns[0].ret for m in members], dtype=np.float64)  # G_0: episode returns
         baseline = returns.mean()
         scale = returns.std() + eps if mode == "group_norm" else 1.0
+        if mode == "gigpo":
+            _assign_gigpo(members, returns, eps)
+            continue
         for m, episode_return in zip(members, returns):
             for t in m.turns:
                 credited = episode_return if mode == "group_episode" else t.ret  # G_0 or the return-to-go G_t
                 t.advantage = float((credited - baseline) / scale)
+
+
+def _assign_gigpo(members: Sequence[Episode], returns: np.ndarray, eps: float) -> None:
+    """GiGPO over one group (`returns`: each member's G_0; every turn's `ret` is set)."""
+    episode_term = (returns - returns.mean()) / (returns.std() + eps)  # [members]
+    steps: dict[str, list] = defaultdict(list)  # observation -> the group's turns that answered it
+    for m in members:
+        for t in m.turns:
+            steps[t.observation].append(t)
+    step_term: dict[int, float] = {}
+    for turns in steps.values():
+        rets = np.array([t.ret for t in turns], dtype=np.float64)
+        for t, g in zip(turns, rets):
+            step_term[id(t)] = float((g - rets.mean()) / (rets.std() + eps)) if len(turns) > 1 else 0.0
+    for m, a_episode in zip(members, episode_term):
+        for t in m.turns:
+            t.advantage = float(a_episode) + step_term[id(t)]

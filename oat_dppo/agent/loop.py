@@ -125,7 +125,7 @@ def play_episodes(
             except EnvError as e:
                 _fail(ep, stats, e)
                 continue
-            observations[i] = obs
+            seen, observations[i] = observations[i], obs
             counterfactual, counterfactuals[i] = counterfactuals.get(i), info.get("counterfactual")
             ep.turns.append(
                 Turn(
@@ -144,6 +144,7 @@ def play_episodes(
                     follows_feedback=info.get("follows_feedback"),
                     counterfactual=counterfactual,
                     outcome=info.get("outcome"),
+                    observation=seen,
                 )
             )
             if "success" in info:

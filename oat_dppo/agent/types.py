@@ -34,6 +34,9 @@ class Turn:
     # The kind of reply this turn's action got, where the env classifies them (Sudoku: "correct",
     # "filled", "violates", ...; see `TextEnv`'s `outcome`), counted per episode by the metrics.
     outcome: str | None = None
+    # The env's observation this turn answered (its state as the policy was shown it): turns of a group
+    # that saw the same one form a step group (`--advantage gigpo`).
+    observation: str = ""
     # Filled by `advantages.assign_advantages`.
     ret: float = 0.0
     advantage: float = 0.0
