@@ -219,6 +219,22 @@ class TrainConfig:
         "Discount over turns (default: the environment's preset: 0.9 for games, 1.0 otherwise).",
     )
 
+    # ---- warm start ----------------------------------------------------------------------------
+    warm_start: Optional[str] = opt(
+        None,
+        "Before RL, supervised steps on demonstrations (the agent's tokens only, the learner's packing and "
+        "micro-batches): demo:NAME, a scripted player shown each prompt and nothing else (demo:bisect, "
+        "demo:random_reader, demo:blind_guesser for GuessTheNumber; demo:board_rules for Sudoku); self, the "
+        "model's own successful episodes; or a JSONL file of episodes ({\"turns\": [{\"prompt\", \"response\"}]}, "
+        "the format of episodes.jsonl). Logged per step in warm_start.jsonl; the evaluation before the first "
+        "RL update (iteration -1) measures the warm start alone. docs/warm_start.md.",
+    )
+    warm_start_episodes: int = opt(256, "--warm-start demo:/self: episodes played to collect demonstrations.")
+    warm_start_steps: int = opt(80, "--warm-start: supervised optimizer steps.")
+    warm_start_batch: int = opt(8, "--warm-start: demonstrated turns per supervised step.")
+    warm_start_lr: float = opt(1e-4, "--warm-start: learning rate of the supervised steps (their own AdamW; RL "
+                                     "then starts with a fresh one at --learning-rate).")
+
     # ---- run ---------------------------------------------------------------------------------
     iterations: int = opt(20, "Training iterations (rollout + update).")
     seed: int = opt(0, "Run seed: model init (tiny models), episode seeds, sampling, shuffling.")
@@ -384,6 +400,8 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"--episodes-per-iteration {cfg.episodes_per_iteration} must be a multiple of --group-size {cfg.group_size}"
         )
+    if cfg.warm_start is not None:
+        _validate_warm_start(cfg)
     if cfg.advantage != "batch_norm" and cfg.group_size < 2:
         raise ConfigError(f"--advantage {cfg.advantage} needs --group-size >= 2 (episodes sharing a start state)")
     if not (cfg.learning_rate > 0 and math.isfinite(cfg.learning_rate)):
@@ -410,3 +428,26 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"--vllm-gpu-memory-utilization must be in (0, 1), got {cfg.vllm_gpu_memory_utilization}")
     if cfg.env == "math" and not cfg.math_data:
         raise ConfigError("--env math needs --math-data FILE (jsonl, json or parquet with problem and answer columns)")
+
+
+def _validate_warm_start(cfg: TrainConfig) -> None:
+    from pathlib import Path  # noqa: PLC0415
+
+    source = cfg.warm_start
+    for name in ("warm_start_episodes", "warm_start_steps", "warm_start_batch"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
+    if not (cfg.warm_start_lr > 0 and math.isfinite(cfg.warm_start_lr)):
+        raise ConfigError(f"--warm-start-lr must be > 0, got {cfg.warm_start_lr}")
+    if source.startswith("demo:"):
+        from oat_dppo.agent.demonstrations import DEMONSTRATORS  # noqa: PLC0415 (numpy only)
+
+        demo = DEMONSTRATORS.get(source[len("demo:"):])
+        if demo is None:
+            raise ConfigError(f"--warm-start {source}: no such demonstrator; one of "
+                              + ", ".join(f"demo:{n} ({d.env_prefix})" for n, d in DEMONSTRATORS.items()))
+        if not cfg.env.startswith(demo.env_prefix):
+            raise ConfigError(f"--warm-start {source} plays {demo.env_prefix}* environments, not {cfg.env}")
+    elif source != "self" and not Path(source).is_file():
+        raise ConfigError(f"--warm-start {source}: not demo:NAME, self, or an existing JSONL file")
+

@@ -37,6 +37,7 @@ from typing import Callable
 
 import numpy as np
 
+from oat_dppo.agent.demonstrations import sudoku_rules_move
 from oat_dppo.envs.registry import make_env
 from oat_dppo_envs.games import SUDOKU
 
@@ -99,21 +100,7 @@ def _shown_example_move(board, refuted, rng, env, observation):
 
 
 def _rules_move(board, refuted, rng, env, observation):
-    n = len(board)
-    box = int(round(n ** 0.5))
-
-    def allowed(r, c):
-        seen = set(board[r]) | {board[i][c] for i in range(n)}
-        seen |= {board[i][j] for i in range(r - r % box, r - r % box + box) for j in range(c - c % box, c - c % box + box)}
-        return [d for d in range(1, n + 1) if d not in seen]
-
-    options = {(r, c): allowed(r, c) for r in range(n) for c in range(n) if board[r][c] == 0}
-    options = {cell: digits for cell, digits in options.items() if digits}
-    if not options:
-        return _empty_move(board, refuted, rng, env, observation)
-    fewest = min(len(d) for d in options.values())
-    r, c = rng.choice([cell for cell, digits in options.items() if len(digits) == fewest])
-    return r + 1, c + 1, rng.choice(options[(r, c)])
+    return sudoku_rules_move(board, rng) or _empty_move(board, refuted, rng, env, observation)
 
 
 def _oracle_move(board, refuted, rng, env, observation):

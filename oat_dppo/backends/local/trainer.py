@@ -31,6 +31,7 @@ from oat_dppo.components import (
 )
 from oat_dppo.cli import python_command
 from oat_dppo import determinism
+from oat_dppo import warm_start as warm
 from oat_dppo.config import ConfigError, TrainConfig, to_dict
 from oat_dppo.engine import vllm as vllm_engine
 from oat_dppo.engine.base import pad_token_id, stop_token_ids
@@ -328,6 +329,8 @@ class LocalTrainer:
                 if self.run_dir is None:
                     self.run_dir = self._open_run_dir()
                 self.writer = self._make_writer()
+                if self.start_iteration == 0 and not self.resume:
+                    self._before_first_update()
                 bar = self._progress_bar()
                 t_run = time.perf_counter()
                 for iteration in range(self.start_iteration, cfg.iterations):
@@ -384,6 +387,46 @@ class LocalTrainer:
         else:
             say(f"\ninterrupted: {saved} of {self.cfg.iterations} iterations saved in {self.run_dir.path}\n"
                   f"resume with: {python_command()} -m oat_dppo.main --resume {self.run_dir.path}", self.out)
+
+    def _before_first_update(self) -> None:
+        """A new run: its warm start (saved as the checkpoint before iteration 0), then one held-out evaluation
+        before any RL update, logged as iteration -1: each curve starts where its model started."""
+        row = {}
+        if self.cfg.warm_start:
+            self._phase = "rollout"  # a stop here ends at once: nothing is saved yet
+            row.update(self.warm_start())
+            self.sync_engine(full=True)
+            self._phase = "save"
+            self.save_checkpoint(-1)
+        if self.cfg.eval_every and self.eval_envs:
+            row.update(self.evaluate(-1))
+        if row:
+            self._phase = "save"
+            self._emit({"iteration": -1, **row})
+
+    def warm_start(self) -> dict:
+        """`--warm-start`: collect the demonstrations, take the supervised steps (`oat_dppo.warm_start`); each
+        step's row goes to warm_start.jsonl. Returns the run's `warm_start/...` summary."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        demos, scored = warm.collect(cfg, engine=self.engine, envs=self.envs, prompt=self.prompt,
+                                     max_new_tokens=self.max_new_tokens)
+        print(f"warm start: {len(demos)} episodes from {cfg.warm_start} (success {scored.get('success_rate', math.nan):.2f} "
+              f"as played), {cfg.warm_start_steps} supervised steps of {cfg.warm_start_batch} turns", file=self.out,
+              flush=True)
+        path = self.run_dir.path / "warm_start.jsonl"
+
+        def on_step(row: dict) -> None:
+            self.run_dir.append_jsonl(path, [row])
+            if (row["step"] + 1) % 10 == 0 or row["step"] + 1 == cfg.warm_start_steps:
+                print(f"warm start: step {row['step'] + 1}/{cfg.warm_start_steps}, nll {row['nll']:.3f}", file=self.out,
+                      flush=True)
+
+        summary = warm.supervise(self.model, demos, cfg, pad_id=pad_token_id(self.tokenizer), device=self.device,
+                                 on_step=on_step)
+        out = {f"warm_start/{k}": v for k, v in summary.items()}
+        out.update({f"warm_start/demo_{k}": scored[k] for k in ("success_rate", "reward_mean") if k in scored})
+        out["time/warm_start_s"] = time.perf_counter() - t0
+        return out
 
     def train_iteration(self, iteration: int) -> dict:
         cfg = self.cfg

@@ -67,6 +67,8 @@ LOCAL_ONLY: dict[str, tuple[bool, str]] = {
     "trainable_layers": (True, "on Oat use --lora-rank (or full fine-tuning)"),
     "resume": (True, "Oat resumes DeepSpeed checkpoints with --resume-dir DIR"),
     "engine": (True, "Oat's actors always sample with vLLM"),
+    "warm_start": (True, "warm-start on the local backend (--warm-start ... --iterations 1), export it (python -m "
+                         "oat_dppo.export), then --model the exported directory here"),
     "deterministic": (True, "Oat's actors (vLLM 0.8.4, which has no batch-invariant kernels) and DeepSpeed "
                             "learners run in processes Oat launches, and nothing here pins their kernels"),
 }
@@ -228,6 +230,11 @@ class DPPOArgs(OatArgs):
         "aggregation", None, "Loss aggregation (default: from --critic-type: drgrpo -> seq_sum_constant_length, "
         "Oat's masked_sum / generate_max_length; grpo -> seq_mean_token_mean).")
     advantage: _config.AdvantageMode = _ours("advantage")
+    warm_start: Optional[str] = _ours("warm_start")
+    warm_start_episodes: int = _ours("warm_start_episodes")
+    warm_start_steps: int = _ours("warm_start_steps")
+    warm_start_batch: int = _ours("warm_start_batch")
+    warm_start_lr: float = _ours("warm_start_lr")
     iterations: Optional[int] = _ours("iterations", None, "Learning rounds (rollout + update); default: until "
                                       "Oat's --max-train episodes.")
     deterministic: bool = _ours("deterministic")

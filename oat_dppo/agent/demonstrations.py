@@ -1,0 +1,162 @@
+"""Demonstrations for a warm start: episodes whose agent turns a supervised step imitates.
+
+Three sources, each giving `Episode`s of `Turn`s with prompt and response token ids, as RL's rollouts do
+(the same template, history and token budget), so the supervised steps run through the same learner:
+
+* a scripted demonstrator, `demo:NAME` (`DEMONSTRATORS`), played through the agent loop by a
+  `ScriptedEngine`: it is shown each turn's prompt text and nothing else, exactly what the model is shown,
+  so it can read the replies and the board but never the hidden answer;
+* the model's own rollouts, `self`: episodes it played that succeeded (`successful`);
+* a JSONL file of episodes as conversations, one per line, the format of a run's `episodes.jsonl`:
+  `{"turns": [{"prompt": "<the prompt text as the model saw it>", "response": "<the agent's reply>"}, ...]}`
+  (`read_episodes`).
+
+The guessing-game demonstrators read GEM's GuessTheNumber text ("between 1 and 10", "you guessed 5, and the
+target number is higher than 5"); the Sudoku one reads the newest board a prompt shows.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from oat_dppo.agent.loop import PromptFormat
+from oat_dppo.agent.metrics import SUCCESS_RETURN
+from oat_dppo.agent.types import Episode, Turn
+from oat_dppo.engine.base import Generation
+
+_RANGE = re.compile(r"number between (\d+) and (\d+)")
+_HINT = re.compile(r"you guessed (\d+), and the target number is (higher|lower) than")
+
+
+def guess_interval(prompt: str) -> tuple[int, int]:
+    """The targets GuessTheNumber's text still allows: its range, narrowed by every hint the prompt shows."""
+    found = _RANGE.search(prompt)
+    low, high = (int(found.group(1)), int(found.group(2))) if found else (1, 100)
+    for guess, direction in _HINT.findall(prompt):
+        g = int(guess)
+        low, high = (max(low, g + 1), high) if direction == "higher" else (low, min(high, g - 1))
+    return low, high if high >= low else low
+
+
+def bisect(prompt: str, rng: random.Random) -> str:
+    low, high = guess_interval(prompt)
+    return f"\\boxed{{{(low + high) // 2}}}"
+
+
+def random_reader(prompt: str, rng: random.Random) -> str:
+    """A guess drawn uniformly from what the hints leave: reads every hint, plays no strategy."""
+    low, high = guess_interval(prompt)
+    return f"\\boxed{{{rng.randint(low, high)}}}"
+
+
+def blind_guesser(prompt: str, rng: random.Random) -> str:
+    """A guess drawn uniformly from the whole range, hints ignored: the control a reply measure must fail."""
+    found = _RANGE.search(prompt)
+    low, high = (int(found.group(1)), int(found.group(2))) if found else (1, 100)
+    return f"\\boxed{{{rng.randint(low, high)}}}"
+
+
+def sudoku_rules_move(board: list[list[int]], rng: random.Random) -> tuple[int, int, int] | None:
+    """An empty cell and a digit its row, column and box do not hold yet, the most constrained cell first
+    (1-based row, column, digit); None where no empty cell allows a digit."""
+    n = len(board)
+    box = int(round(n ** 0.5))
+
+    def allowed(r: int, c: int) -> list[int]:
+        seen = set(board[r]) | {board[i][c] for i in range(n)}
+        seen |= {board[i][j] for i in range(r - r % box, r - r % box + box) for j in range(c - c % box, c - c % box + box)}
+        return [d for d in range(1, n + 1) if d not in seen]
+
+    options = {(r, c): allowed(r, c) for r in range(n) for c in range(n) if board[r][c] == 0}
+    options = {cell: digits for cell, digits in options.items() if digits}
+    if not options:
+        return None
+    fewest = min(len(d) for d in options.values())
+    r, c = rng.choice([cell for cell, digits in options.items() if len(digits) == fewest])
+    return r + 1, c + 1, rng.choice(options[(r, c)])
+
+
+def sudoku_board_rules(prompt: str, rng: random.Random) -> str:
+    from oat_dppo_envs.games import SUDOKU  # noqa: PLC0415 (the env package's own board reader)
+
+    move = sudoku_rules_move(SUDOKU.board(prompt), rng) or (1, 1, 1)
+    return "\\boxed{%d %d %d}" % move
+
+
+@dataclass(frozen=True)
+class Demonstrator:
+    act: Callable[[str, random.Random], str]  # (prompt text, rng) -> the response text
+    env_prefix: str  # the env ids it plays: those starting with this
+    description: str
+
+
+DEMONSTRATORS: dict[str, Demonstrator] = {
+    "bisect": Demonstrator(bisect, "game:GuessTheNumber", "the middle of the interval the hints leave (optimal)"),
+    "random_reader": Demonstrator(random_reader, "game:GuessTheNumber",
+                                  "a random guess inside the interval the hints leave"),
+    "blind_guesser": Demonstrator(blind_guesser, "game:GuessTheNumber", "a random guess, hints ignored"),
+    "board_rules": Demonstrator(sudoku_board_rules, "game:Sudoku",
+                                "a digit the board's row, column and box allow, most constrained cell first"),
+}
+
+
+class ScriptedEngine:
+    """An `Engine` whose responses a demonstrator writes: the prompt's text in, the action's token ids out
+    (ending with the template's end of turn, as a model's sampled response does). Its mu is a placeholder
+    (log 1): demonstrations train a supervised objective, never a ratio."""
+
+    def __init__(self, demonstrator: Demonstrator, prompt: PromptFormat, end_ids: Sequence[int], seed: int):
+        self.demonstrator, self.prompt, self.end_ids = demonstrator, prompt, list(end_ids)
+        self.rng = random.Random(seed)
+
+    def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *, seed: int | None = None,
+                 temperature: float | None = None) -> list[Generation]:
+        out = []
+        tok = self.prompt.tokenizer
+        for ids in prompt_ids:
+            action = self.demonstrator.act(tok.decode(list(ids)), self.rng)
+            prefix = self.prompt.response_prefix
+            text = action[len(prefix):] if prefix and action.startswith(prefix) else action
+            response = list(tok(text, add_special_tokens=False)["input_ids"])[: max(max_new_tokens - 1, 1)]
+            response += self.end_ids[:1]
+            out.append(Generation(response, np.zeros(len(response), dtype=np.float32), None, None, "stop"))
+        return out
+
+
+def successful(episodes: Sequence[Episode]) -> list[Episode]:
+    """The episodes that succeeded (an env's success flag, else the full return of 1) and played cleanly."""
+    return [e for e in episodes if e.error is None and e.turns
+            and e.info.get("success", e.episode_return >= SUCCESS_RETURN)]
+
+
+def read_episodes(path: str | Path, prompt: PromptFormat, end_ids: Sequence[int]) -> list[Episode]:
+    """Episodes from a JSONL file of conversations (module docstring). Each turn's prompt text is tokenized as
+    the model's prompts are (the template's markup written as text); its response gets the end of turn."""
+    episodes = []
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            turns = [(str(t["prompt"]), str(t["response"])) for t in row["turns"]]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}:{lineno}: not an episode {{\"turns\": [{{\"prompt\", \"response\"}}, ...]}} "
+                             f"({type(e).__name__}: {e})") from None
+        episode = Episode(env_index=0, seed=lineno)
+        for prompt_text, response_text in turns:
+            response = prompt._ids(response_text) + list(end_ids[:1])
+            episode.turns.append(Turn(prompt_ids=prompt._ids(prompt_text), response_ids=response,
+                                      behavior_logprobs=np.zeros(len(response), dtype=np.float32), reward=0.0,
+                                      done=False, truncated=False, well_formed=True, finish_reason="stop",
+                                      prompt_text=prompt_text, response_text=response_text))
+        if episode.turns:
+            episode.turns[-1].done = True
+            episodes.append(episode)
+    return episodes
