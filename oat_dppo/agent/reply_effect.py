@@ -133,27 +133,47 @@ class ScoredMovePolicy:
 
 
 def model_pair_scorer(model, batch_size: int = 8) -> PairScorer:
-    """Summed log-probs of each pair's move tokens after its prompt from a causal LM, `batch_size`
-    right-padded pairs per forward pass."""
+    """Summed log-probs of each pair's move tokens after its prompt from a causal LM. Pairs that share a prompt
+    (every move of a scored turn does) share its forward: the prompt runs once with a KV cache, then its moves,
+    `batch_size` at a time, run on copies of that cache; logits exist only at the moves' positions, never
+    `[T, V]` over a whole prompt."""
 
     def score(pairs):
+        import copy
+
         import torch
 
         device = next(model.parameters()).device
-        out = []
+        out = [0.0] * len(pairs)
+        by_prompt: dict[tuple[int, ...], list[int]] = {}
+        for k, (p, _) in enumerate(pairs):
+            by_prompt.setdefault(tuple(p), []).append(k)
         with torch.inference_mode():
-            for start in range(0, len(pairs), batch_size):
-                chunk = pairs[start: start + batch_size]
-                width = max(len(p) + len(m) for p, m in chunk)
-                ids = torch.zeros((len(chunk), width), dtype=torch.long)  # [B, T], right-padded
-                mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                for b, (p, m) in enumerate(chunk):
-                    ids[b, : len(p) + len(m)] = torch.tensor(p + m)
-                    mask[b, : len(p) + len(m)] = 1
-                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits  # [B, T, V]
-                for b, (p, m) in enumerate(chunk):
-                    rows = logits[b, len(p) - 1: len(p) + len(m) - 1].float().log_softmax(-1)  # [len(m), V]
-                    out.append(float(rows[torch.arange(len(m)), torch.tensor(m, device=device)].sum()))
+            for prompt, ks in by_prompt.items():
+                run = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
+                first = run.logits[0, -1].float().log_softmax(-1)  # [V]: each move's first token
+                for start in range(0, len(ks), batch_size):
+                    chunk = ks[start: start + batch_size]
+                    moves = [list(pairs[k][1]) for k in chunk]
+                    for k, m in zip(chunk, moves):
+                        out[k] = float(first[m[0]])
+                    width = max(len(m) for m in moves) - 1  # the tokens that predict a later move token
+                    if width <= 0:
+                        continue
+                    ids = torch.zeros((len(chunk), width), dtype=torch.long)  # [n, W], right-padded
+                    mask = torch.ones((len(chunk), len(prompt) + width), dtype=torch.long)  # [n, P + W]
+                    for b, m in enumerate(moves):
+                        ids[b, : len(m) - 1] = torch.tensor(m[:-1])
+                        mask[b, len(prompt) + len(m) - 1:] = 0
+                    cache = copy.deepcopy(run.past_key_values)
+                    cache.batch_repeat_interleave(len(chunk))
+                    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                   past_key_values=cache, use_cache=True).logits  # [n, W, V]
+                    for b, (k, m) in enumerate(zip(chunk, moves)):
+                        if len(m) == 1:
+                            continue
+                        rows = logits[b, : len(m) - 1].float().log_softmax(-1)  # [len(m) - 1, V]
+                        out[k] += float(rows[torch.arange(len(m) - 1), torch.tensor(m[1:], device=device)].sum())
         return out
 
     return score
