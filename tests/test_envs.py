@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import os
 import random
 import re
@@ -393,6 +394,25 @@ def test_a_grading_that_times_out_scores_0_and_the_next_one_gets_a_fresh_worker(
         worker.join(30)
     assert results == [0, 1.0]  # without the new worker the second would wait behind the first and time out
     env.close()
+
+
+def test_a_late_timeout_does_not_kill_the_worker_that_replaced_its_own():
+    """A grading waits on a worker that another timeout already replaced: its own timeout ends nothing but its
+    worker. The healthy worker's grading completes (before: the current worker was terminated, whichever it
+    was, and that grading failed too)."""
+    import time as _time
+
+    from oat_dppo.envs.grader_process import SharedGrader
+
+    grader = SharedGrader()
+    handle = grader.handle()
+    stuck = handle.apply_async(_time.sleep, (60,))
+    grader.restart()  # as a first timeout does
+    healthy = handle.apply_async(_time.sleep, (1,))
+    with pytest.raises(multiprocessing.TimeoutError):
+        stuck.get(timeout=0.2)
+    assert healthy.get(timeout=20) is None
+    handle.close()
 
 
 def _alive(pid: int) -> bool:

@@ -42,14 +42,15 @@ def _end_with_parent(parent: int) -> None:
 class _Pending:
     """GEM's handle on one grading: `get(timeout)` as `AsyncResult.get`; a timeout replaces the worker."""
 
-    def __init__(self, grader: "SharedGrader", result: multiprocessing.pool.AsyncResult) -> None:
-        self.grader, self.result = grader, result
+    def __init__(self, grader: "SharedGrader", pool: multiprocessing.pool.Pool,
+                 result: multiprocessing.pool.AsyncResult) -> None:
+        self.grader, self.pool, self.result = grader, pool, result
 
     def get(self, timeout: float | None = None) -> Any:
         try:
             return self.result.get(timeout)
         except multiprocessing.TimeoutError:
-            self.grader.restart()
+            self.grader.restart(self.pool)  # the worker it waited on, not one a later grading started
             raise
 
 
@@ -72,15 +73,18 @@ class SharedGrader:
             if self._pool is None:
                 self._pool = multiprocessing.get_context("fork").Pool(
                     1, initializer=_end_with_parent, initargs=(os.getpid(),))
-            return _Pending(self, self._pool.apply_async(fn, args))
+            return _Pending(self, self._pool, self._pool.apply_async(fn, args))
 
     def worker_pids(self) -> list[int]:
         with self._lock:
             return [p.pid for p in self._pool._pool] if self._pool is not None else []  # type: ignore[attr-defined]
 
-    def restart(self) -> None:
-        """End the worker (a new one starts with the next grading)."""
+    def restart(self, pool: multiprocessing.pool.Pool | None = None) -> None:
+        """End the worker (a new one starts with the next grading); given `pool`, only if it is still the one in
+        use (a grading that timed out on a worker already replaced leaves the new one alone)."""
         with self._lock:
+            if pool is not None and pool is not self._pool:
+                return
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.terminate()

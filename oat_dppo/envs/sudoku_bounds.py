@@ -23,7 +23,9 @@ turn limit as a run):
   no reply read); the most constrained cell first.
 * `oracle`: the solution's digit for an empty cell (reads GEM's solution grid): the ceiling.
 
-A policy that beats `random_empty` must use something besides the board: the replies.
+A policy that beats `random_empty` uses more than the empty cells, but not necessarily the replies:
+`board_rules` reads the board alone and solves every easy board. Whether a policy reads the replies
+is what `eval/reply_effect` measures (`oat_dppo.agent.reply_effect`), not a score against these bounds.
 """
 
 from __future__ import annotations
