@@ -152,11 +152,12 @@ def _watch(pid: int, marker: str) -> None:
     import time  # noqa: PLC0415
 
     try:
-        pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        pidfd = None
-    if pidfd is not None:
-        select.select([pidfd], [], [])  # readable once the process has ended
+        select.select([os.pidfd_open(pid)], [], [])  # readable once the process has ended
+    except ProcessLookupError:  # already gone
+        pass
+    except (AttributeError, OSError):  # no pidfd (not Linux >= 5.3): poll
+        while _exists(pid):
+            time.sleep(1.0)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         left = marked_processes(marker)
         for p in left:
@@ -170,6 +171,16 @@ def _watch(pid: int, marker: str) -> None:
             left = marked_processes(marker)
         if not left:
             return
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 if __name__ == "__main__":  # the watchdog of `end_children_with_this_process`

@@ -6,14 +6,12 @@ earns nothing on turn 1 itself: a policy learns to ask only if turn 2's reward r
 tokens. (tests/test_credit_assignment.py, by contrast, forces the first turn's action: it proves that
 a reply reaches the next prompt and that each turn gets its own return.)
 
-The control is the same run with turn 1's advantage zeroed (the learner then gets no gradient from
-turn 1's tokens): it reads the key when it happens to ask, but never learns to ask. (gamma 0 is the
-other way to cut the returns, but with batch-normalised advantages it gives every turn-1 token the
-same negative advantage (which probably pushes the policy off its most frequent first character): at seed 0 that
-raised the asking rate 0.26 -> 0.85 in 20 iterations with no credit at all, so it is no control here.)
-
-Measured, seed 0, 40 iterations of 128 episodes, 75-110 s a run on one busy core: success over the last
-10 iterations 0.75 (asks in all of them) against 0.28 with turn 1's advantage zeroed (asks 0.10).
+Advantages are group baselines (`--advantage group`, groups of 4 episodes from one seed). The control is
+the same run at `--gamma 0`, a command line anyone can run: turn 1 earns nothing itself, so its return and
+its group's mean episode return are both 0 and its advantage is exactly 0 (asserted on the run's logged
+episodes): the learner gets no gradient from turn 1's tokens. It reads the key when it happens to ask, but
+never learns to ask. (With `batch_norm`, gamma 0 is no control: normalising gives every turn-1 token the same
+negative advantage, which at seed 0 raised the asking rate 0.26 -> 0.85 in 20 iterations with no credit.)
 """
 
 from __future__ import annotations
@@ -22,13 +20,12 @@ import json
 
 import pytest
 
-import oat_dppo.backends.local.trainer as trainer
 from oat_dppo.main import main
 
 ITERATIONS = 40
 RUN = ["--env", "smoke:ask_first", "--model", "tiny-qwen3", "--engine", "hf", "--threads", "1", "--template", "none",
        "--max-new-tokens", "1", "--max-turns", "2", "--iterations", str(ITERATIONS), "--episodes-per-iteration", "128",
-       "--mini-batch-size", "128", "--micro-batch-size", "128", "--advantage", "batch_norm", "--gamma", "1",
+       "--mini-batch-size", "128", "--micro-batch-size", "128", "--advantage", "group", "--group-size", "4",
        "--learning-rate", "3e-3", "--trust-region", "dppo_binary_tv", "--eval-every", "0", "--seed", "0",
        "--log", "none", "--no-progress", "--log-episodes", "128",
        "--env-option", "history=last", "--env-option", "keys=4", "--env-option", "ask_one_in=2"]
@@ -37,37 +34,29 @@ BLIND = 0.25  # never asking: one of 4 equally likely keys
 LEARNED = 0.5
 
 
-def run(tmp_path) -> tuple[float, float]:
-    """(rollout success, share of episodes that asked), both over the last 10 iterations."""
+def run(tmp_path, gamma: str) -> tuple[float, float, list[float]]:
+    """(rollout success, share of episodes that asked, turn 1's logged advantages), over the last 10 iterations."""
     run_dir = tmp_path / "run"
-    assert main([*RUN, "--run-dir", str(run_dir)]) == 0
+    assert main([*RUN, "--gamma", gamma, "--run-dir", str(run_dir)]) == 0
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == ITERATIONS
     success = sum(r["rollout/success_rate"] for r in rows[-10:]) / 10
     episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
-    first = [e["turns"][0]["response"] for e in episodes if e["iteration"] >= ITERATIONS - 10]
-    asked = sum(bool(r) and ord(r[0]) % 2 == 0 for r in first) / len(first)  # ask_one_in=2
-    return success, asked
+    first = [e["turns"][0] for e in episodes if e["iteration"] >= ITERATIONS - 10]
+    asked = sum(bool(t["response"]) and ord(t["response"][0]) % 2 == 0 for t in first) / len(first)  # ask_one_in=2
+    return success, asked, [t["advantage"] for t in first]
 
 
 @pytest.mark.slow
 def test_a_tiny_model_learns_to_ask_when_the_reward_reaches_the_first_turn(tmp_path):
-    success, asked = run(tmp_path)
+    success, asked, _ = run(tmp_path, gamma="1")
     assert success >= LEARNED, (success, asked)
     assert asked >= 0.8, (success, asked)
 
 
 @pytest.mark.slow
-def test_with_the_first_turns_advantage_zeroed_it_never_learns_to_ask(tmp_path, monkeypatch):
-    assign = trainer.assign_advantages
-
-    def first_turn_zeroed(episodes, *args, **kwargs):
-        assign(episodes, *args, **kwargs)
-        for e in episodes:
-            if e.turns:
-                e.turns[0].advantage = 0.0
-
-    monkeypatch.setattr(trainer, "assign_advantages", first_turn_zeroed)
-    success, asked = run(tmp_path)
+def test_at_gamma_0_the_first_turn_gets_no_credit_and_it_never_learns_to_ask(tmp_path):
+    success, asked, first_advantages = run(tmp_path, gamma="0")
+    assert set(first_advantages) == {0.0}
     assert success < LEARNED and success <= BLIND + 0.15, (success, asked)
     assert asked <= 0.5, (success, asked)

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from oat_dppo.stopping import StopSignals, end_children_with_this_process, say
+from oat_dppo.stopping import RUN_MARKER_ENV, StopSignals, end_children_with_this_process, say
 from oat_dppo.stopping import stop_status
 
 #: Set by the launcher for its node processes: where learners leave their "finished" markers.
@@ -136,6 +136,7 @@ class Supervisor:
         if self._finished_dir:
             shutil.rmtree(self._finished_dir, ignore_errors=True)
             os.environ.pop(FINISHED_DIR_ENV, None)
+            os.environ.pop(RUN_MARKER_ENV, None)  # a later launch from this process marks its own nodes
 
     def _on_signal(self, sig: signal.Signals) -> None:
         # For SIGINT and SIGTERM launchpad's dispatcher calls this (registered before it, so chained) and
