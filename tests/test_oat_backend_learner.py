@@ -381,12 +381,14 @@ def test_oat_runs_write_metrics_jsonl_like_the_local_backend(tok):
 
     learner = H.make_stock_learner(args=dppo_args(), learner_cls=DPPOLearner)
     assert isinstance(learner._wandb, MetricsFile) and learner._wandb.inner is None
-    for step, reward in [(1, 0.5), (1, 0.5), (2, 0.75)]:  # Oat logs the same round twice: one row
+    for step, reward in [(0, 0.25), (1, 0.5), (1, 0.5), (2, 0.75)]:  # Oat logs the same round twice: one row
         learner._wandb.log({"train/loss": 1.0, "actor/reward_mean": reward, "misc/policy_sgd_step": step,
                             "eval/reward_mean": float("nan")})
     rows = [json.loads(line) for line in (Path(learner.save_path) / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["iteration"], r["rollout/reward_mean"]) for r in rows] == [(0, 0.5), (1, 0.75)]
-    assert rows[0]["eval/reward_mean"] is None and "actor/reward_mean" not in rows[0]
+    # Oat's evaluation before any update (step 0) is iteration -1, as on the local backend.
+    assert [(r["iteration"], r["rollout/reward_mean"]) for r in rows] == [(-1, 0.25), (0, 0.5), (1, 0.75)]
+    assert rows[1]["eval/reward_mean"] is None and "actor/reward_mean" not in rows[1]
+    assert MetricsFile(Path(learner.save_path) / "metrics.jsonl").rows == 2  # a resumed run continues at 2
 
 
 def test_loss_masked_rows_train_nothing(tok):

@@ -145,18 +145,20 @@ class MetricsFile:
     def __init__(self, path: Path, inner=None):
         self.path, self.inner = path, inner
         self.last_step = None
-        self.rows = sum(1 for _ in path.open()) if path.exists() else 0  # a resumed run appends
+        # A resumed run appends: its rounds so far (the row before the first update is iteration -1).
+        self.rows = sum('"iteration": -1' not in line for line in path.open()) if path.exists() else 0
 
     def log(self, row: dict, *args, **kwargs) -> None:
         step = row.get("misc/policy_sgd_step")
         if step != self.last_step:  # Oat logs every step; a learning round once
             self.last_step = step
-            out = {"iteration": self.rows}
+            # Oat's evaluation before any update (step 0) is iteration -1, as on the local backend; round k is k - 1.
+            out = {"iteration": self.rows if step else -1}
+            self.rows += bool(step)
             for k, v in row.items():
                 key = "rollout/" + k[len("actor/"):] if k.startswith("actor/") else k
                 out[key] = float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v
             append_jsonl(self.path, [out])
-            self.rows += 1
         if self.inner is not None:
             self.inner.log(row, *args, **kwargs)
 
