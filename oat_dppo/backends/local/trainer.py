@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -414,12 +415,15 @@ class LocalTrainer:
               f"as played), {cfg.warm_start_steps} supervised steps of {cfg.warm_start_batch} turns", file=self.out,
               flush=True)
         path = self.run_dir.path / "warm_start.jsonl"
+        recent: list[float] = []
 
         def on_step(row: dict) -> None:
             self.run_dir.append_jsonl(path, [row])
+            recent.append(row["nll"])
             if (row["step"] + 1) % 10 == 0 or row["step"] + 1 == cfg.warm_start_steps:
-                print(f"warm start: step {row['step'] + 1}/{cfg.warm_start_steps}, nll {row['nll']:.3f}", file=self.out,
-                      flush=True)
+                print(f"warm start: step {row['step'] + 1}/{cfg.warm_start_steps}, nll {np.mean(recent):.3f} (mean of "
+                      f"the last {len(recent)} steps)", file=self.out, flush=True)
+                recent.clear()
 
         summary = warm.supervise(self.model, demos, cfg, pad_id=pad_token_id(self.tokenizer), device=self.device,
                                  on_step=on_step)
