@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 from oat_dppo.agent import Episode, PromptFormat, play_episodes
 from oat_dppo.agent.demonstrations import DEMONSTRATORS, ScriptedEngine, read_episodes, successful
 from oat_dppo.agent.metrics import episode_metrics
-from oat_dppo.config import TrainConfig
+from oat_dppo.config import ConfigError, TrainConfig
 from oat_dppo.learner import Learner, LearnerConfig
 from oat_dppo.learner.supervised import NegativeLogLikelihood
 from oat_dppo.seeds import derive_seed, episode_seeds
@@ -68,8 +68,9 @@ def supervise(model, episodes: Sequence[Episode], cfg: TrainConfig, *, pad_id: i
     `on_step(row)` after each. Returns the summary the run logs."""
     turns = [(i, t) for i, e in enumerate(episodes) for t in e.turns if t.response_ids]
     if not turns:
-        raise ValueError(f"--warm-start {cfg.warm_start}: no demonstrated turn to learn from "
-                         f"({len(episodes)} episodes)")
+        hint = (f"the model succeeded in none of the {cfg.warm_start_episodes} episodes it played; use demo:NAME or a "
+                "file, or raise --warm-start-episodes" if cfg.warm_start == "self" else f"{len(episodes)} episodes")
+        raise ConfigError(f"--warm-start {cfg.warm_start}: no demonstrated turn to learn from ({hint})")
     learner = Learner(model, NegativeLogLikelihood(), LearnerConfig(
         learning_rate=cfg.warm_start_lr, mini_batch_size=cfg.warm_start_batch, micro_batch_size=cfg.micro_batch_size,
         logits_chunk_tokens=cfg.logits_chunk_tokens, max_grad_norm=cfg.max_grad_norm, aggregation="token_mean"),

@@ -173,6 +173,13 @@ def test_bad_warm_start_options_are_one_line(tmp_path, capsys, argv, needle):
     assert needle in capsys.readouterr().err and not (tmp_path / "r").exists()
 
 
+def test_a_warm_start_from_own_successes_without_any_is_one_line(tmp_path, capsys):
+    """`self` keeps the model's successful episodes; an untrained tiny model has none: exit 2, one line."""
+    assert main([*TINY, "--run-dir", str(tmp_path / "r"), "--iterations", "1", "--eval-every", "0",
+                 "--warm-start", "self", "--warm-start-episodes", "4"]) == 2
+    assert "the model succeeded in none of the 4 episodes it played" in capsys.readouterr().err
+
+
 def test_seeded_demonstrators_repeat(tiny):
     _, tok = tiny
     a = [t.response_text for e in play("random_reader", GTN, tok, 6, seed=3) for t in e.turns]
