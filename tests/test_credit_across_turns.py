@@ -12,6 +12,9 @@ its group's mean episode return are both 0 and its advantage is exactly 0 (asser
 episodes): the learner gets no gradient from turn 1's tokens. It reads the key when it happens to ask, but
 never learns to ask. (With `batch_norm`, gamma 0 is no control: normalising gives every turn-1 token the same
 negative advantage, which at seed 0 raised the asking rate 0.26 -> 0.85 in 20 iterations with no credit.)
+
+Measured, seed 0, 40 iterations of 128 episodes, 2-6 s an iteration on a busy core: success over the last 10
+iterations 0.61 (asks in 0.99 of them) at gamma 1, against 0.27 (asks 0.08; every turn-1 advantage 0) at gamma 0.
 """
 
 from __future__ import annotations
