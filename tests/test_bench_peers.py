@@ -36,6 +36,22 @@ def test_the_job_is_the_same_options_on_both_backends():
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--env-option"] == list(peers.ENV_OPTIONS)
 
 
+def test_the_local_sides_run_the_jobs_argv():
+    """The local sides' TrainConfig is the job's argv parsed by the main parser: every option the Oat side
+    gets, the local side gets too (one argv, not two copies that can drift)."""
+    from oat_dppo.main import parse
+
+    cfg = peers.Config()
+    local = peers._train_config(cfg, "hf")
+    job = parse(peers.job_argv(cfg, "pg_is"))
+    for f in ("model", "env", "env_option", "response_prefix", "max_new_tokens", "dtype", "trust_region",
+              "aggregation", "advantage", "episodes_per_iteration", "group_size", "mini_batch_size",
+              "micro_batch_size", "learning_rate", "lr_schedule", "max_grad_norm", "iterations", "seed",
+              "eval_every", "eval_episodes"):
+        assert getattr(local, f) == getattr(job, f), f
+    assert (local.engine, local.threads, local.log, local.progress) == ("hf", cfg.threads, "none", False)
+
+
 def test_oat_rounds_are_read_once_each_with_their_wall_time():
     rows = [
         {"misc/policy_sgd_step": 1, "misc/elapse": 100.0, "train/learn_batch_time": 40.0, "rollout/generate_time": 9.0,

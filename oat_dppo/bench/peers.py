@@ -123,17 +123,12 @@ def digest(texts_per_step: list[list[str]]) -> str:
 
 
 def _train_config(cfg: Config, engine: str):
-    from oat_dppo.config import TrainConfig
+    """The local sides' run: the job's argv (`job_argv`, what the Oat side runs too) through the main parser,
+    plus the local backend's own options."""
+    from oat_dppo.main import parse
 
-    return TrainConfig(
-        model=cfg.model, env=ENV, env_option=ENV_OPTIONS, response_prefix=RESPONSE_PREFIX,
-        max_new_tokens=cfg.max_new_tokens, dtype="float32", trust_region="pg_is", aggregation="token_mean",
-        advantage="group_norm", episodes_per_iteration=cfg.batch, group_size=cfg.samples,
-        mini_batch_size=cfg.batch, micro_batch_size=cfg.micro_batch, learning_rate=cfg.learning_rate,
-        lr_schedule="constant", max_grad_norm=1.0, iterations=cfg.warmup + cfg.steps, seed=cfg.seed,
-        threads=cfg.threads, device="cpu", log="none", progress=False, eval_every=0, eval_episodes=0,
-        log_episodes=0, engine=engine, engine_dtype="float32",
-    )
+    return parse([*job_argv(cfg, "pg_is"), "--threads", str(cfg.threads), "--device", "cpu", "--log", "none",
+                  "--no-progress", "--log-episodes", "0", "--engine", engine, "--engine-dtype", "float32"])
 
 
 def run_local(cfg: Config, engine: str) -> dict:
