@@ -118,7 +118,8 @@ def test_a_local_command_line_parses_with_the_same_names():
     assert (args.eval_steps, args.save_steps, args.save_path, args.wb_project) == (10, 5, "out/r", "p")
     assert (args.trust_region, args.delta, args.clip_c, args.advantage) == ("dppo_binary_kl", 0.04, 3.0, "group")
     assert (args.learning_rate, args.seed, args.use_wb) == (2e-6, 7, True)
-    assert any("--threads" in n and "--progress" in n for n in notes)
+    assert any("--progress" in n for n in notes) and not any("--threads" in n for n in notes)  # threads: per node
+    assert args.threads == 1
 
 
 def test_repeated_options_add_up_as_on_the_local_backend():
@@ -261,6 +262,24 @@ def test_on_a_cpu_gpus_counts_processes():
     assert args.gpus == 2 and A.learner_world_size(args) == 1
     args, _ = resolve("--env", "smoke:digits", "--gpus", "4", "--zero-stage", "3")
     assert A.learner_world_size(args) == 2
+
+
+def test_threads_reach_every_node_process_on_a_cpu():
+    """--threads is each node's torch threads (OMP_NUM_THREADS, which every node inherits); 0 splits the cores
+    between the actors and learners (before: --threads was ignored on Oat, and bench peers' matched threads
+    never reached Oat's nodes)."""
+    import os
+
+    import torch
+
+    from oat_dppo.backends.oat.program import cpu_environment
+
+    if torch.cuda.is_available():
+        pytest.skip("with CUDA, nodes get GPUs")
+    args, notes = resolve("--env", "smoke:digits", "--threads", "1")
+    assert cpu_environment(args)["OMP_NUM_THREADS"] == "1" and not any("--threads" in n for n in notes)
+    args, _ = resolve("--env", "smoke:digits", "--gpus", "4")
+    assert cpu_environment(args)["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 4))
 
 
 @pytest.mark.parametrize("cuda", [False, True])

