@@ -72,15 +72,15 @@ def test_a_bf16_copy_follows_the_learner_before_every_rollout(tmp_path, monkeypa
     assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
     assert trainer.run() == 0
 
-    # Start: every weight; then per iteration: rollout, update, sync; the evaluation after iteration 2
-    # samples after that iteration's sync.
-    assert events == ["sync", "generate", "sync", "generate", "sync", "generate", "generate", "sync"]
+    # Start: every weight, then the evaluation before the first update; then per iteration: rollout, update,
+    # sync; the evaluation after iteration 2 samples after that iteration's sync.
+    assert events == ["sync", "generate", "generate", "sync", "generate", "sync", "generate", "generate", "sync"]
     # The copy holds the learner's final weights, rounded to bf16.
     copy = dict(trainer.engine.model.named_parameters())
     for name, p in trainer.model.named_parameters():
         assert torch.equal(copy[name], p.detach().to(torch.bfloat16)), name
     assert json.loads((tmp_path / "run" / "config.json").read_text())["engine_dtype"] == "bfloat16"
-    metrics = rows(tmp_path / "run")
+    metrics = [r for r in rows(tmp_path / "run") if r["iteration"] >= 0]  # -1: the evaluation before any update
     assert all(r["time/sync_s"] > 0 for r in metrics)
     # Synced: pi and mu agree up to bf16 rounding on the first mini-batch of every iteration.
     assert all(0 < r["train/prob_diff_max"] < 1e-2 for r in metrics)
