@@ -56,6 +56,13 @@ def random_reader(prompt: str, rng: random.Random) -> str:
     return f"\\boxed{{{rng.randint(low, high)}}}"
 
 
+def noisy_bisect(prompt: str, rng: random.Random) -> str:
+    """The middle of the interval the hints leave one time in four, else a random guess inside it: reads every
+    hint, weaker than the bisector (wins 0.83 on 1..10 in 4 turns, where bisecting wins every game)."""
+    low, high = guess_interval(prompt)
+    return f"\\boxed{{{(low + high) // 2 if rng.random() < 0.25 else rng.randint(low, high)}}}"
+
+
 def blind_guesser(prompt: str, rng: random.Random) -> str:
     """A guess drawn uniformly from the whole range, hints ignored: the control a reply measure must fail."""
     found = _RANGE.search(prompt)
@@ -101,6 +108,8 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
     "bisect": Demonstrator(bisect, "game:GuessTheNumber", "the middle of the interval the hints leave (optimal)"),
     "random_reader": Demonstrator(random_reader, "game:GuessTheNumber",
                                   "a random guess inside the interval the hints leave"),
+    "noisy_bisect": Demonstrator(noisy_bisect, "game:GuessTheNumber",
+                                 "the middle of the hints' interval one time in four, else a random guess inside it"),
     "blind_guesser": Demonstrator(blind_guesser, "game:GuessTheNumber", "a random guess, hints ignored"),
     "board_rules": Demonstrator(sudoku_board_rules, "game:Sudoku",
                                 "a digit the board's row, column and box allow, most constrained cell first"),
