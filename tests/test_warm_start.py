@@ -48,6 +48,7 @@ def test_guessing_demonstrators_score_what_their_reading_allows(tiny):
     random one repeats). They are shown the prompt text only, so only the reading differs."""
     _, tok = tiny
     assert success(play("bisect", GTN, tok, 64)) == 1.0
+    assert 0.75 <= success(play("noisy_bisect", GTN, tok, 200)) <= 0.92  # weaker than the goal of 0.9
     reader = success(play("random_reader", GTN, tok, 200))
     blind = success(play("blind_guesser", GTN, tok, 200))
     assert 0.65 <= reader <= 0.88, reader
