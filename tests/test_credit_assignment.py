@@ -63,6 +63,7 @@ def run_success(tmp_path, *extra: str) -> tuple[float, float]:
     assert main([*RUN, "--run-dir", str(run_dir), *extra]) == 0
     assert json.loads((run_dir / "config.json").read_text())["_feedback_blind_success"] == BLIND
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r["iteration"] >= 0]  # -1: the evaluation before the first update
     assert len(rows) == ITERATIONS
     late = sum(r["rollout/success_rate"] for r in rows[-10:]) / 10
     held_out = rows[-1]["eval/success_rate"]

@@ -46,7 +46,9 @@ def test_trains_end_to_end_on_gem_envs(tmp_path, env, extra):
                              "--eval-every", "2", "--eval-episodes", "2", *extra)
     assert code == 0
     rows = metrics(run_dir)
-    assert [r["iteration"] for r in rows] == [0, 1]
+    assert [r["iteration"] for r in rows] == [-1, 0, 1]
+    before, rows = rows[0], rows[1:]  # -1: the held-out evaluation before any update, nothing else
+    assert "eval/reward_mean" in before and not any(k.startswith(("train/", "rollout/")) for k in before)
     for key in ("rollout/reward_mean", "rollout/success_rate", "rollout/turns_mean", "train/kept_frac",
                 "train/prob_diff_mean", "train/entropy", "time/generate_s", "time/train_s", "perf/generated_tokens_per_s"):
         assert key in rows[0], key
@@ -70,7 +72,7 @@ def test_logits_chunk_tokens_changes_memory_not_results(tmp_path):
     """The LM head in 3-token checkpointed blocks trains the same run as one block."""
     dirs = [run_main(tmp_path, "--env", "rg:arc_1d", "--iterations", "2", "--episodes-per-iteration", "4",
                      "--logits-chunk-tokens", chunk, name=f"chunk{chunk}")[1] for chunk in ("0", "3")]
-    whole, blocks = (metrics(d) for d in dirs)
+    whole, blocks = ([r for r in metrics(d) if r["iteration"] >= 0] for d in dirs)
     assert [json.loads((d / "config.json").read_text())["logits_chunk_tokens"] for d in dirs] == [0, 3]
     for a, b in zip(whole, blocks):
         assert a["train/train_tokens"] == b["train/train_tokens"] > 3  # more tokens than one block
@@ -162,7 +164,7 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
     assert code == 0
     assert main(["--resume", str(part), "--iterations", "4"]) == 0
     a, b = metrics(full), metrics(part)
-    assert [r["iteration"] for r in b] == [0, 1, 2, 3]
+    assert [r["iteration"] for r in b] == [-1, 0, 1, 2, 3]  # -1: the evaluation before the first update, once
     assert [_comparable(r) for r in a] == [_comparable(r) for r in b]
 
 
