@@ -588,13 +588,15 @@ def test_committed_results_continue_a_study_on_another_clone(tmp_path):
     fake_run(done.run_dir, 3, checkpoint=True, config=to_dict(done.config), rewards=[0.1, 0.2, 0.6])
     episode = {"iteration": 0, "return": 0.5, "turns": [{"prompt": "long " * 100, "response": "a", "reward": 0.5}]}
     (done.run_dir / "episodes.jsonl").write_text("".join(json.dumps(dict(episode, iteration=i)) + "\n" for i in (0, 1, 2)))
+    (done.run_dir / "warm_start.jsonl").write_text('{"step": 0, "nll": 1.5}\n')  # a warm start's steps: kept too
     fake_run(partial.run_dir, 2, checkpoint=True, config=to_dict(partial.config))
     code, out, _ = run_cli(str(path), "--dry-run")  # a dry run writes nothing
     assert code == 0 and not (tmp_path / "results").exists()
     code, out, err = run_cli(str(path), "--report")
     assert code == 0, err
     assert f"committed {done.name} to {done.results_dir}" in out and partial.name not in out.split("|")[0]
-    assert sorted(p.name for p in done.results_dir.iterdir()) == ["config.json", "metrics.jsonl", "responses.jsonl"]
+    assert sorted(p.name for p in done.results_dir.iterdir()) == ["config.json", "metrics.jsonl", "responses.jsonl",
+                                                                  "warm_start.jsonl"]
     responses = [json.loads(line) for line in (done.results_dir / "responses.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in responses] == [0, 1, 2]
     assert responses[0]["turns"] == [{"response": "a", "reward": 0.5}]  # no prompt

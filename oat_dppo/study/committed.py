@@ -1,4 +1,5 @@
-"""Committed results: a study's finished runs kept as `config.json` + `metrics.jsonl` under
+"""Committed results: a study's finished runs kept as `config.json` + `metrics.jsonl` (and a warm start's
+`warm_start.jsonl`) under
 `[study] results` (e.g. docs/results/<study>/<run name>/), small enough to commit, with
 `responses.jsonl`: the run's logged sample episodes (episodes.jsonl) without their prompts, a few KB
 where the prompts take ~100 KB, so that what the policy learned to say can be read on any clone.
@@ -20,6 +21,7 @@ from oat_dppo.plot.data import read_metrics
 from oat_dppo.study.spec import RunSpec
 
 COMMITTED_FILES = ("config.json", "metrics.jsonl")
+WARM_START = "warm_start.jsonl"  # a warm-started run's supervised steps, one short line each: committed too
 EPISODES = "episodes.jsonl"
 RESPONSES = "responses.jsonl"  # EPISODES without the prompts
 
@@ -93,7 +95,8 @@ def commit(run: RunSpec) -> bool:
     wrote = False
     if len(logged_iterations(run.results_dir)) < len(local):
         run.results_dir.mkdir(parents=True, exist_ok=True)
-        for name in COMMITTED_FILES:  # copyfile: the copy gets the umask's mode, not the source's
+        present = [n for n in (WARM_START,) if (run.run_dir / n).is_file()]
+        for name in (*COMMITTED_FILES, *present):  # copyfile: the copy gets the umask's mode, not the source's
             tmp = run.results_dir / (name + ".tmp")
             shutil.copyfile(run.run_dir / name, tmp)
             tmp.replace(run.results_dir / name)
