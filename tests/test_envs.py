@@ -823,3 +823,20 @@ def test_text_env_is_exported_type():
 def test_bad_adapter_options_fail_before_building(options, pattern):
     with pytest.raises(ValueError, match=pattern):
         make_env("game:Sudoku-v0-easy", seed=0, **options)
+
+
+def test_partial_credit_false_makes_a_near_miss_worth_nothing():
+    """GEM's GuessTheNumber pays 1 - distance / range when the turns run out; `partial_credit=false` pays 0
+    there and keeps a win's 1 and a format failure's penalty."""
+    rewards = {}
+    for credit in (True, "false"):
+        env = make_env("game:GuessTheNumber-v0-easy", seed=0, partial_credit=credit)
+        env.reset(seed=4)
+        got = [env.step("\\boxed{1}")[1] for _ in range(4)]  # never the target of seed 4
+        rewards[credit] = got[-1]
+        env.reset(seed=2)
+        assert env.step("\\boxed{1}")[1] == 1.0  # seed 2's target is 1: a win pays 1 either way
+        env.close()
+    assert 0.0 < rewards[True] < 1.0 and rewards["false"] == 0.0
+    with pytest.raises(ValueError, match="partial_credit must be true or false"):
+        make_env("game:GuessTheNumber-v0-easy", seed=0, partial_credit="maybe")

@@ -131,6 +131,7 @@ class TextEnv:
         action_format: str = "boxed",
         action_pattern: str | None = None,
         isolate_step_rng: bool = False,
+        partial_credit: bool = True,
         global_rng: PrivateGlobalRNG | None = None,
     ):
         if history not in HISTORY_MODES:
@@ -142,6 +143,7 @@ class TextEnv:
         self.preset = preset
         self.max_turns = max_turns
         self.format_penalty = float(format_penalty)
+        self.partial_credit = bool(partial_credit)
         self.history = history
         self.obs_prefix = obs_prefix
         self.obs_suffix = obs_suffix
@@ -241,6 +243,8 @@ class TextEnv:
             if not (terminated or truncated) and self._turn >= self.max_turns:
                 truncated = True
             self._done = terminated or truncated
+            if not self.partial_credit and 0.0 < env_reward < 1.0:
+                env_reward = 0.0  # a near miss (GuessTheNumber's 1 - distance / range at the end) earns nothing
             reward = env_reward + (0.0 if well_formed else self.format_penalty)
             info = dict(info)
             info.update(well_formed=well_formed, turn=self._turn, env_reward=env_reward)

@@ -169,7 +169,8 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
       max_turns, format_penalty (added to the reward of a step without a well-formed answer;
       give a negative number), history ("concat" | "concat_with_action" | "last" | "chat"), obs_prefix,
       obs_suffix (instruction text around the observation; "" for none), action_format,
-      action_pattern, isolate_step_rng, data_seed (seed of the shared question pool / math
+      action_pattern, isolate_step_rng, partial_credit (false: a reward between 0 and 1, a game's credit
+      for a near miss, counts 0; a success and a format penalty stay), data_seed (seed of the shared question pool / math
       shuffle), for_eval (shift seed and data_seed by the preset's eval_seed_offset).
     Math options: math_data (file for `math`, `math:*`, `eval:*`), question_key, answer_key,
       use_mp (grade in a subprocess; needed when stepping from threads), and for
@@ -211,6 +212,7 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
         action_format=options.pop("action_format", preset.action_format),
         action_pattern=options.pop("action_pattern", preset.action_pattern),
         isolate_step_rng=bool(options.pop("isolate_step_rng", preset.isolate_step_rng)),
+        partial_credit=_flag(options.pop("partial_credit", True), "partial_credit"),
     )
     # Check the adapter's options before building the env (a math env starts a grader process).
     if adapter_options["history"] not in HISTORY_MODES:
@@ -264,3 +266,16 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
 
     return TextEnv(inner, env_id=env_id, seed=seed, preset=preset, global_rng=global_rng,
                    **adapter_options)
+
+
+def _flag(value: Any, name: str) -> bool:
+    """A boolean option as a command line gives it (`--env-option partial_credit=false`) or Python does."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"{name} must be true or false, got {value!r}")
+
