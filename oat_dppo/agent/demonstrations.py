@@ -32,14 +32,21 @@ from oat_dppo.agent.types import Episode, Turn
 from oat_dppo.engine.base import Generation
 
 _RANGE = re.compile(r"number between (\d+) and (\d+)")
-_HINT = re.compile(r"you guessed (\d+), and the target number is (higher|lower) than")
+
+
+def guess_range(prompt: str) -> tuple[int, int]:
+    """The range GuessTheNumber's text states (1..100 where the prompt does not show it)."""
+    found = _RANGE.search(prompt)
+    return (int(found.group(1)), int(found.group(2))) if found else (1, 100)
 
 
 def guess_interval(prompt: str) -> tuple[int, int]:
-    """The targets GuessTheNumber's text still allows: its range, narrowed by every hint the prompt shows."""
-    found = _RANGE.search(prompt)
-    low, high = (int(found.group(1)), int(found.group(2))) if found else (1, 100)
-    for guess, direction in _HINT.findall(prompt):
+    """The targets GuessTheNumber's text still allows: its range, narrowed by every hint the prompt shows
+    (read with the env package's own hint pattern, the one its feedback probe uses)."""
+    from oat_dppo_envs.games import GUESS_THE_NUMBER  # noqa: PLC0415
+
+    low, high = guess_range(prompt)
+    for guess, direction in GUESS_THE_NUMBER._HINT.findall(prompt):
         g = int(guess)
         low, high = (max(low, g + 1), high) if direction == "higher" else (low, min(high, g - 1))
     return low, high if high >= low else low
@@ -65,8 +72,7 @@ def noisy_bisect(prompt: str, rng: random.Random) -> str:
 
 def blind_guesser(prompt: str, rng: random.Random) -> str:
     """A guess drawn uniformly from the whole range, hints ignored: the control a reply measure must fail."""
-    found = _RANGE.search(prompt)
-    low, high = (int(found.group(1)), int(found.group(2))) if found else (1, 100)
+    low, high = guess_range(prompt)
     return f"\\boxed{{{rng.randint(low, high)}}}"
 
 
