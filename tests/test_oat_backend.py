@@ -376,14 +376,14 @@ def test_every_script_is_covered():
 
 
 def dry_run_env() -> dict[str, str]:
-    """A dry run resolves each arm with Oat's real PPOArgs (which imports vLLM) in a child."""
+    """A dry run resolves each arm with Oat's real PPOArgs (which imports vLLM), a child process per arm."""
     return child_env(with_tests=False, PYTHON=sys.executable)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_experiment_script_dry_run(script):
     env = dry_run_env()
-    p = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True, timeout=180, cwd=REPO, env=env)
+    p = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     configs = parse_dry_run(p.stdout)
     env_id, model, strategies = EXPECTED[script.name]

@@ -44,7 +44,7 @@ run_arms() {
   [ "${#arms[@]}" -gt 0 ] || arms=("${ARMS[@]}")
   local wandb=()
   [ "${WANDB:-0}" = 1 ] && wandb=(--use-wb --wb-project oat_dppo_paper_g3)
-  local resolve=() arm
+  local arm
   for arm in "${arms[@]}"; do
     local var="ARM_${arm}[@]"
     if ! declare -p "ARM_${arm}" >/dev/null 2>&1; then
@@ -55,14 +55,10 @@ run_arms() {
                "${wandb[@]}" "${extra[@]}")
     if [ "$dry" = 1 ]; then
       echo "# ${name} / ${arm}: ${PYTHON} -m oat_dppo.main --backend oat ${cmd[*]}"
-      [ "${#resolve[@]}" -gt 0 ] && resolve+=(---)
-      resolve+=("${cmd[@]}")
+      "${PYTHON}" -m oat_dppo.main --backend oat --dry-run "${cmd[@]}"
     else
       echo "=== ${name} / ${arm}" >&2
       "${PYTHON}" -m oat_dppo.main --backend oat "${cmd[@]}"
     fi
   done
-  if [ "$dry" = 1 ]; then
-    "${PYTHON}" -m oat_dppo.backends.oat.args "${resolve[@]}"
-  fi
 }

@@ -32,11 +32,15 @@ def main(argv: list[str]) -> int:
     if not any(a in ("-h", "--help") for a in argv):  # --help lists the options even where the stack is missing
         require()
     # Oat: torch, deepspeed (and vLLM where present), once the stack is known to be there
-    from oat_dppo.backends.oat.args import finalize, parse
+    from oat_dppo.backends.oat.args import describe, finalize, parse
     from oat_dppo.backends.oat.program import launch
 
     args = parse(argv)
-    for note in finalize(args):
+    notes = finalize(args)
+    if args.dry_run:
+        print(describe(args, notes))
+        return 0
+    for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return launch(args, finalized=True)
 

@@ -1,25 +1,26 @@
 """`DPPOArgs`: Oat's own argument class plus the local backend's options, under the same names.
 
-One command line works on both backends. `DPPOArgs` is a dataclass over Oat's real
-`oat.algorithms.ppo.PPOArgs` (it imports vLLM; where vLLM is missing `oat.args.OATArgs` stands in, and
-without Oat an empty class, so that `--help` still works and a run is refused). Its fields, declared below:
+One command line works on both backends. `class DPPOArgs(PPOArgs, TrainConfig)` inherits Oat's fields
+(`oat.algorithms.ppo.PPOArgs`; it imports vLLM: where vLLM is missing `oat.args.OATArgs` stands in, and
+without Oat an empty class, so that `--help` still works and a run is refused) and every local option
+with its local default and help. Below it re-declares only:
 
-* Oat's, under the local name too where it differs (`OAT_NAMES`: `--model` is `--pretrain`, `--group-size`
-  is `--num-samples`, ...), some with the project's default (the learning rate, the seed, ...);
-* the local backend's options that Oat lacks (`--env`, `--template`, `--trust-region`, ...), with the same
-  default and help (`_ours`);
-* local only (`LOCAL_ONLY`): accepted so that a local command line parses, then ignored with a note or
-  refused with a reason.
+* the eleven Oat fields that mean a local option (`OAT_NAMES`: `--pretrain` is `--model`, `--num-samples`
+  is `--group-size`, ...): Oat's field holds the value, the local name is its alias on the command line
+  and an attribute alias (`args.model` reads and writes `args.pretrain`);
+* fields whose default here is the project's (the learning rate, the seed, ...) or is derived from Oat's
+  settings in `finalize` (None).
 
-`to_train_config` and `from_train_config` convert between the two. `finalize` resolves the derived settings
-and checks the combination; every violation is one `ConfigError` line (exit status 2 from the command line).
+Local-backend-only options (`LOCAL_ONLY`) parse, so that a local command line runs here, then are ignored
+with a note or refused with a reason. `to_train_config` gives the same run as a `TrainConfig`; `finalize`
+resolves the derived settings and checks the combination; every violation is one `ConfigError` line (exit
+status 2 from the command line).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import warnings
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional
@@ -27,16 +28,11 @@ from typing import Annotated, Any, Literal, Optional
 import tyro
 
 from oat_dppo import config as _config
-from oat_dppo.cli import fail
 from oat_dppo.components import build_trust_region
 from oat_dppo.config import ConfigError, TrainConfig
 from oat_dppo.engine.vllm import cpu_has_native_bf16
 from oat_dppo.envs import get_preset
 from oat_dppo.trust_region import requirements
-
-# ---------------------------------------------------------------------------------------------
-# The mapping
-# ---------------------------------------------------------------------------------------------
 
 #: TrainConfig name -> the Oat field that means the same thing.
 OAT_NAMES: dict[str, str] = {
@@ -72,10 +68,6 @@ LOCAL_ONLY: dict[str, tuple[bool, str]] = {
                             "learners run in processes Oat launches, and nothing here pins their kernels"),
 }
 
-# ---------------------------------------------------------------------------------------------
-# The class
-# ---------------------------------------------------------------------------------------------
-
 
 def _oat_base() -> tuple[type, str | None]:
     """(Oat's argument class, why it is not PPOArgs): PPOArgs, else OATArgs, else an empty class."""
@@ -94,184 +86,141 @@ def _oat_base() -> tuple[type, str | None]:
 
 
 OatArgs, OAT_ARGS_MISSING = _oat_base()
-_LOCAL = {f.name: f for f in dataclasses.fields(TrainConfig)}
-_SAME = object()
 
 
-def _ours(name: str, default: Any = _SAME, help: str | None = None) -> Any:
-    """The local option `name` as a field of DPPOArgs: its default (unless `default`: None derives it from
-    Oat's settings in `finalize`) and its help, marked where the option is local-backend only."""
-    f = _LOCAL[name]
-    help = help or f.metadata["help"]
-    if name in LOCAL_ONLY:
-        refused, why = LOCAL_ONLY[name]
-        help = f"[local backend only: {'refused' if refused else 'ignored'} here: {why}] " + help
-    if default is _SAME and f.default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=f.default_factory, metadata={"help": help})
-    return dataclasses.field(default=f.default if default is _SAME else default, metadata={"help": help})
+def _field(default: Any, help: str) -> Any:
+    return dataclasses.field(default=default, metadata={"help": help})
 
 
-def _theirs(default: Any, help: str = "", ours: str | None = None) -> Any:
-    """An Oat field re-declared with the project's default, or with the local option `ours` as an alias (whose
-    help it takes unless `help` is given)."""
-    return dataclasses.field(default=default, metadata={"help": help or _LOCAL[ours].metadata["help"]})
+def _help_of(name: str) -> str:
+    return TrainConfig.__dataclass_fields__[name].metadata["help"]
 
 
-def _alias(name: str):
-    return tyro.conf.arg(aliases=(name,))
+def _also(name: str):
+    """The local option `name` as another spelling of an Oat option."""
+    return tyro.conf.arg(aliases=("--" + name.replace("_", "-"),))
 
 
-_Append = tyro.conf.UseAppendAction
+def _alias_attribute() -> Any:
+    """The local name of an Oat field: not an option of its own (see the loop after the class)."""
+    return dataclasses.field(default=None, init=False, repr=False, compare=False)
 
 
 @dataclass
-class DPPOArgs(OatArgs):
+class DPPOArgs(OatArgs, TrainConfig):
     """The Oat backend's command line: Oat's PPO options and the local backend's, under the same names."""
 
-    # ---- Oat's fields, under the local backend's names too, some with the project's defaults ----------
-    gpus: Optional[int] = _theirs(None, "GPUs in all (split between vLLM actors and DeepSpeed learners as Oat "
-                                  "splits them: half and half, one actor per learner). Default: every visible GPU. "
-                                  "Without CUDA it counts processes on this machine's cores instead (default 2: one "
-                                  "actor, one learner); see docs/oat.md.")
-    pretrain: Annotated[str, _alias("--model")] = _theirs(
+    # ---- Oat's fields that are local options (OAT_NAMES), some with the project's defaults -------------
+    pretrain: Annotated[str, _also("model")] = _field(
         "Qwen/Qwen3-1.7B-Base", "Policy: a Hugging Face id or local path (vLLM loads it too).")
-    learning_rate: float = _theirs(TrainConfig.learning_rate, "Learning rate, the same default as the local "
-                                   "backend's (Oat's own default is 5e-7): one command line, one run.")
-    generate_max_length: Annotated[Optional[int], _alias("--max-new-tokens")] = _theirs(
+    generate_max_length: Annotated[Optional[int], _also("max_new_tokens")] = _field(
         None, "Response token budget per turn (default: the environment's preset, 4096 for GEM ids).")
-    eval_generate_max_length: Optional[int] = _theirs(None, "Token budget per evaluation turn (default: "
-                                                      "--generate-max-length).")
-    gamma: Optional[float] = _theirs(None, "Discount over turns (default: the environment's preset: 0.9 for "
-                                     "games, 1.0 otherwise).")
-    num_samples: Annotated[int, _alias("--group-size")] = _theirs(
+    num_samples: Annotated[int, _also("group_size")] = _field(
         1, "Episodes per start state (same seed), as --group-size on the local backend; >1 enables group "
         "baselines (--advantage group).")
-    tis_c: Optional[float] = _theirs(None, "Oat's truncated IS (pi_old/mu clamped at tis_c). Off for DPPO: with "
-                                     "--mu-source rollout the weight is already pi/mu (truncate it with --C); only "
-                                     "meaningful with --mu-source recompute.")
-    beta: float = _theirs(0.0, "KL-to-reference coefficient. Must be 0: the DPPO learner has no reference model "
-                          "(the paper's runs use 0).")
-    cliprange: Optional[float] = _theirs(None, "Oat's PPO clip: for ppo_clip strategies, sets --eps-low and "
-                                         "--eps-high when they are not given.")
-    use_fused_lm_head: bool = _theirs(False, "Unused by the DPPO learner: it computes log pi (and pi on mu's "
-                                      "top-K ids) with the LM head applied only at response positions, in "
-                                      "checkpointed blocks of --logits-chunk-tokens: never a [B, T, V] tensor.")
-    pi_buffer_maxlen_per_device: Optional[int] = _theirs(
+    train_batch_size: Annotated[int, _also("mini_batch_size")] = _field(
+        128, "Turns (or episodes: --mini-batch-unit) per optimizer step over all learners.")
+    train_batch_size_per_device: Annotated[int, _also("micro_batch_size")] = _field(
+        1, "Turns per forward/backward on each learner; gradients accumulate up to the step.")
+    max_norm: Annotated[float, _also("max_grad_norm")] = _field(1.0, _help_of("max_grad_norm"))
+    save_path: Annotated[str, _also("run_dir")] = _field(
+        "./oat-output", "Where Oat writes the run: logs, metrics.jsonl, config.json, checkpoints.")
+    eval_steps: Annotated[int, _also("eval_every")] = _field(20, _help_of("eval_every"))
+    save_steps: Annotated[int, _also("save_every")] = _field(-1, "Checkpoint every N learning rounds (-1: never).")
+    wb_project: Annotated[str, _also("wandb_project")] = _field("oat-llm", _help_of("wandb_project"))
+    vllm_gpu_ratio: Annotated[float, _also("vllm_gpu_memory_utilization")] = _field(
+        0.25, "Share of each actor GPU's memory vLLM takes.")
+    model: str = _alias_attribute()
+    max_new_tokens: Optional[int] = _alias_attribute()
+    group_size: int = _alias_attribute()
+    mini_batch_size: int = _alias_attribute()
+    micro_batch_size: int = _alias_attribute()
+    max_grad_norm: float = _alias_attribute()
+    run_dir: str = _alias_attribute()
+    eval_every: int = _alias_attribute()
+    save_every: int = _alias_attribute()
+    wandb_project: str = _alias_attribute()
+    vllm_gpu_memory_utilization: float = _alias_attribute()
+
+    # ---- Oat's other fields with the project's defaults, or unused --------------------------------------
+    gpus: Optional[int] = _field(None, "GPUs in all (split between vLLM actors and DeepSpeed learners as Oat "
+                                 "splits them: half and half, one actor per learner). Default: every visible GPU. "
+                                 "Without CUDA it counts processes on this machine's cores instead (default 2: one "
+                                 "actor, one learner); see docs/oat.md.")
+    learning_rate: float = _field(TrainConfig.learning_rate, "Learning rate, the same default as the local "
+                                  "backend's (Oat's own default is 5e-7): one command line, one run.")
+    seed: int = _field(TrainConfig.seed, "Random seed, the local backend's default (Oat's own is 42): the same "
+                       "command line starts from the same tiny model and the same episodes' seeds on both backends.")
+    eval_temperature: float = _field(TrainConfig.eval_temperature, _help_of("eval_temperature"))
+    eval_generate_max_length: Optional[int] = _field(None, "Token budget per evaluation turn (default: "
+                                                     "--generate-max-length).")
+    gamma: Optional[float] = _field(None, _help_of("gamma"))
+    tis_c: Optional[float] = _field(None, "Oat's truncated IS (pi_old/mu clamped at tis_c). Off for DPPO: with "
+                                    "--mu-source rollout the weight is already pi/mu (truncate it with --C); only "
+                                    "meaningful with --mu-source recompute.")
+    beta: float = _field(0.0, "KL-to-reference coefficient. Must be 0: the DPPO learner has no reference model "
+                         "(the paper's runs use 0).")
+    cliprange: Optional[float] = _field(None, "Oat's PPO clip: for ppo_clip strategies, sets --eps-low and "
+                                        "--eps-high when they are not given.")
+    use_fused_lm_head: bool = _field(False, "Unused by the DPPO learner: it computes log pi (and pi on mu's top-K "
+                                     "ids) with the LM head applied only at response positions, in checkpointed "
+                                     "blocks of --logits-chunk-tokens: never a [B, T, V] tensor.")
+    pi_buffer_maxlen_per_device: Optional[int] = _field(
         None, "Episodes a learner buffers per learning round (default: exactly one round: "
         "rollout-batch-size-per-device x group size x steps per update).")
-    lr_scheduler: Literal["cosine_with_min_lr", "polynomial", "constant"] = _theirs(
+    lr_scheduler: Literal["cosine_with_min_lr", "polynomial", "constant"] = _field(
         "constant", "Learning-rate schedule (constant: as the local backend and GEM's/Oat's RL scripts; Oat sizes "
         "decaying schedules by prompt count, not by optimizer steps).")
-    seed: int = _theirs(TrainConfig.seed, "Random seed, the local backend's default (Oat's own is 42): the same "
-                        "command line starts from the same tiny model and the same episodes' seeds on both backends.")
-    eval_temperature: float = _theirs(TrainConfig.eval_temperature, "Sampling temperature of held-out "
-                                      "evaluations, the local backend's default and meaning: 1 samples the policy as "
-                                      "it is trained; 0 is greedy (Oat's own default).")
-    algo: str = _theirs("PPO", "Fixed to PPO for this backend.")
-    oracle: str = _theirs("", "Unused: rewards come from the environments.")
-    prompt_data: str = _theirs("", "Unused: prompts come from the environments.")
-    train_batch_size: Annotated[int, _alias("--mini-batch-size")] = _theirs(
-        128, "Turns (or episodes: --mini-batch-unit) per optimizer step over all learners.")
-    train_batch_size_per_device: Annotated[int, _alias("--micro-batch-size")] = _theirs(
-        1, "Turns per forward/backward on each learner; gradients accumulate up to the step.")
-    max_norm: Annotated[float, _alias("--max-grad-norm")] = _theirs(1.0, ours="max_grad_norm")
-    save_path: Annotated[str, _alias("--run-dir")] = _theirs("./oat-output", "Where Oat writes the run: logs, "
-                                                             "metrics.jsonl, config.json, checkpoints.")
-    eval_steps: Annotated[int, _alias("--eval-every")] = _theirs(20, ours="eval_every")
-    save_steps: Annotated[int, _alias("--save-every")] = _theirs(-1, "Checkpoint every N learning rounds "
-                                                                 "(-1: never).")
-    wb_project: Annotated[str, _alias("--wandb-project")] = _theirs("oat-llm", ours="wandb_project")
-    vllm_gpu_ratio: Annotated[float, _alias("--vllm-gpu-memory-utilization")] = _theirs(
-        0.25, "Share of each actor GPU's memory vLLM takes.")
+    algo: str = _field("PPO", "Fixed to PPO for this backend.")
+    oracle: str = _field("", "Unused: rewards come from the environments.")
+    prompt_data: str = _field("", "Unused: prompts come from the environments.")
 
-    # ---- the local backend's options that Oat lacks (same names, defaults and help) -------------------
-    env: str = _ours("env")
-    math_data: Optional[str] = _ours("math_data")
-    math_question_key: str = _ours("math_question_key")
-    math_answer_key: str = _ours("math_answer_key")
-    max_turns: Optional[int] = _ours("max_turns")
-    format_penalty: float = _ours("format_penalty")
-    env_option: Annotated[tuple[str, ...], _Append] = _ours("env_option")
-    template: str = _ours("template")
-    system_prompt: Optional[str] = _ours("system_prompt")
-    response_prefix: str = _ours("response_prefix")
-    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = _ours(
-        "dtype", None, "bfloat16 / float16 / float32: sets Oat's --bf16 / --fp16 (default: Oat's --bf16 on GPUs and "
-        "on CPUs with native bf16; float32 on other CPUs, as the local backend).")
-    trainable_layers: int = _ours("trainable_layers")
-    episodes_per_iteration: Optional[int] = _ours(
-        "episodes_per_iteration", None, "Episodes per learning round over all actors: sets --rollout-batch-size to "
-        "this / --group-size, split evenly over the learners (default: --rollout-batch-size x --group-size).")
-    engine: _config.EngineChoice = _ours("engine", "vllm")
-    engine_dtype: Annotated[_config.EngineDtype, _alias("--vllm-dtype")] = _ours("engine_dtype")
-    vllm_head_dtype: Optional[Literal["float32"]] = _ours("vllm_head_dtype")
-    vllm_enforce_eager: bool = _ours("vllm_enforce_eager")
-    trust_region: str = _ours("trust_region")
-    delta: Optional[float] = _ours("delta")
-    eps_low: Optional[float] = _ours("eps_low")
-    eps_high: Optional[float] = _ours("eps_high")
-    alpha: Optional[float] = _ours("alpha")
-    direction: Optional[_config.Direction] = _ours("direction")
-    clip_c: Annotated[Optional[float], _alias("--C")] = _ours("clip_c")
-    anchor: Optional[_config.AnchorChoice] = _ours("anchor")
-    topk: Optional[int] = _ours("topk")
-    tr_param: Annotated[tuple[str, ...], _Append] = _ours("tr_param")
-    mu_source: Literal["rollout", "recompute"] = _ours("mu_source")
-    lr_schedule: Literal["constant", "linear", "cosine"] = _ours("lr_schedule")
-    lr_warmup_iterations: int = _ours("lr_warmup_iterations")
-    mini_batch_unit: Literal["turns", "episodes"] = _ours("mini_batch_unit")
-    logits_chunk_tokens: Optional[int] = _ours(
-        "logits_chunk_tokens", None, "Response tokens per LM-head block: a block's [tokens, vocab] logits are "
-        "recomputed in backward (activation checkpointing) instead of kept for the whole micro-batch; 0: one block. "
-        f"Default {TrainConfig.logits_chunk_tokens}, but 0 with --zero-stage 3 and --lora-rank: DeepSpeed 0.16.8 "
-        "partitions the frozen LM head again before the recompute (deepspeedai/DeepSpeed#8148).")
-    aggregation: Optional[_config.Aggregation] = _ours(
-        "aggregation", None, "Loss aggregation (default: from --critic-type: drgrpo -> seq_sum_constant_length, "
-        "Oat's masked_sum / generate_max_length; grpo -> seq_mean_token_mean).")
-    advantage: _config.AdvantageMode = _ours("advantage")
-    warm_start: Optional[str] = _ours("warm_start")
-    warm_start_episodes: int = _ours("warm_start_episodes")
-    warm_start_steps: int = _ours("warm_start_steps")
-    warm_start_batch: int = _ours("warm_start_batch")
-    warm_start_lr: float = _ours("warm_start_lr")
-    iterations: Optional[int] = _ours("iterations", None, "Learning rounds (rollout + update); default: until "
-                                      "Oat's --max-train episodes.")
-    deterministic: bool = _ours("deterministic")
-    resume: Optional[str] = _ours("resume")
-    eval_episodes: int = _ours("eval_episodes", help="Held-out episodes per evaluation (every --eval-steps "
-                               "steps), split over the actors; 0: none.")
-    keep_checkpoint: bool = _ours("keep_checkpoint")
-    log_episodes: int = _ours("log_episodes")
-    log: Optional[_config.LogTo] = _ours("log", None, "wandb: log to Weights & Biases (as --use-wb). Oat always "
-                                         "logs to stdout.")
-    backend: _config.Backend = _ours("backend")
-    device: str = _ours("device")
-    threads: int = _ours("threads", help="Torch CPU threads of each node process on a machine without CUDA (0: the "
-                         "cores split evenly between the actors and learners).")
-    progress: bool = _ours("progress")
+    # ---- local options whose default is derived from Oat's settings here (None), or differs ------------
+    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = _field(
+        None, "bfloat16 / float16 / float32: sets Oat's --bf16 / --fp16 (default: Oat's --bf16 on GPUs and on CPUs "
+        "with native bf16; float32 on other CPUs, as the local backend).")
+    episodes_per_iteration: Optional[int] = _field(
+        None, "Episodes per learning round over all actors: sets --rollout-batch-size to this / --group-size, split "
+        "evenly over the learners (default: --rollout-batch-size x --group-size).")
+    iterations: Optional[int] = _field(None, "Learning rounds (rollout + update); default: until Oat's --max-train "
+                                       "episodes.")
+    engine: _config.EngineChoice = _field("vllm", _help_of("engine"))
+    logits_chunk_tokens: Optional[int] = _field(
+        None, "Response tokens per LM-head block: a block's [tokens, vocab] logits are recomputed in backward "
+        "(activation checkpointing) instead of kept for the whole micro-batch; 0: one block. Default "
+        f"{TrainConfig.logits_chunk_tokens}, but 0 with --zero-stage 3 and --lora-rank: DeepSpeed 0.16.8 partitions "
+        "the frozen LM head again before the recompute (deepspeedai/DeepSpeed#8148).")
+    aggregation: Optional[_config.Aggregation] = _field(
+        None, "Loss aggregation (default: from --critic-type: drgrpo -> seq_sum_constant_length, Oat's masked_sum / "
+        "generate_max_length; grpo -> seq_mean_token_mean).")
+    log: Optional[_config.LogTo] = _field(None, "wandb: log to Weights & Biases (as --use-wb). Oat always logs to "
+                                          "stdout.")
 
-    # ---- this backend's own --------------------------------------------------------------------------
-    vllm_max_logprobs: Optional[int] = dataclasses.field(default=None, metadata={"help": (
-        "vLLM's max_logprobs (top-K strategies record K log-probs per token; default max(20, K)).")})
-    check_sync: Literal["auto", "on", "off"] = dataclasses.field(default="auto", metadata={"help": (
-        "After every weight sync, check it (learner rank 0, one sequence of the round): the first actor's "
+    # ---- this backend's own ------------------------------------------------------------------------------
+    dry_run: bool = _field(False, "Print the resolved configuration (every option, with the notes) and exit: no GPU "
+                           "is needed, nothing is launched.")
+    vllm_max_logprobs: Optional[int] = _field(
+        None, "vLLM's max_logprobs (top-K strategies record K log-probs per token; default max(20, K)).")
+    check_sync: Literal["auto", "on", "off"] = _field(
+        "auto", "After every weight sync, check it (learner rank 0, one sequence of the round): the first actor's "
         "log-probs of the sequence's response before and after the sync against the learner's, and a digest of "
         "the actor's weights; logged as sync/... auto: on where the learner runs without CUDA (the CPU "
         "verification run; the digest reads every weight), off on GPUs. Not with --zero-stage 3 or "
-        "--asynchronous.")})
+        "--asynchronous.")
 
 
-#: Options whose default here differs from the local one (None: derived from Oat's settings in `finalize`).
-OWN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(DPPOArgs)
-                                if f.name in _LOCAL and f.default != _LOCAL[f.name].default
-                                and f.default_factory is dataclasses.MISSING}
+for _local, _oat in OAT_NAMES.items():  # args.model reads and writes args.pretrain, ...
+    setattr(DPPOArgs, _local, property(lambda self, n=_oat: getattr(self, n),
+                                       lambda self, value, n=_oat: setattr(self, n, value)))
 
 
 def parse(argv: list[str]) -> Any:
     """`DPPOArgs` from a command line (prints help and exits on --help)."""
+    ignored = ", ".join("--" + n.replace("_", "-") for n, (refused, _) in LOCAL_ONLY.items() if not refused)
+    refused = ", ".join("--" + n.replace("_", "-") for n, (refused, _) in LOCAL_ONLY.items() if refused)
     description = ("Train an LLM agent with a pluggable trust region on Oat (vLLM actors, DeepSpeed learners).\n\n"
                    "The local backend's options (env, template, trust region) keep their names; Oat's own options "
-                   "follow. See docs/gpu.md.")
+                   f"follow. Local-backend only: ignored here {ignored}; refused {refused}. See docs/gpu.md.")
     if OAT_ARGS_MISSING:
         description += f"\n\nNote: PPO's own options appear where Oat's PPO module imports: {OAT_ARGS_MISSING}."
     with warnings.catch_warnings():
@@ -279,10 +228,6 @@ def parse(argv: list[str]) -> Any:
         warnings.filterwarnings("ignore", message="The field .* is annotated with type", category=UserWarning)
         return tyro.cli(DPPOArgs, args=argv, prog="python -m oat_dppo.main --backend oat", description=description)
 
-
-# ---------------------------------------------------------------------------------------------
-# Conversion, both ways, by the tables above
-# ---------------------------------------------------------------------------------------------
 
 _CRITIC_AGGREGATION = {"drgrpo": "seq_sum_constant_length", "grpo": "seq_mean_token_mean"}
 
@@ -298,11 +243,7 @@ def aggregation_of(args) -> str:
 def to_train_config(args) -> TrainConfig:
     """The same run as a `TrainConfig`, for the shared components (environments, trust region,
     template). Local-only options keep their local defaults; Oat-derived ones are resolved."""
-    values = {}
-    for f in dataclasses.fields(TrainConfig):
-        if f.name in LOCAL_ONLY:
-            continue
-        values[f.name] = getattr(args, OAT_NAMES.get(f.name, f.name))
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in LOCAL_ONLY}
     values.update(
         episodes_per_iteration=args.episodes_per_iteration or args.rollout_batch_size * max(args.num_samples, 1),
         iterations=args.iterations or 1,
@@ -318,13 +259,10 @@ def to_train_config(args) -> TrainConfig:
 
 
 def from_train_config(cfg: TrainConfig):
-    """A `DPPOArgs` carrying every option of a `TrainConfig` that Oat has (Oat's defaults for the rest)."""
+    """A `DPPOArgs` carrying every option of a `TrainConfig` (Oat's defaults for Oat's own)."""
     args = DPPOArgs()
-    names = {f.name for f in dataclasses.fields(DPPOArgs)}
     for f in dataclasses.fields(cfg):
-        target = OAT_NAMES.get(f.name, f.name)
-        if target in names:
-            setattr(args, target, getattr(cfg, f.name))
+        setattr(args, f.name, getattr(cfg, f.name))
     return args
 
 
@@ -361,8 +299,7 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
                           "docs/gpu.md")
     ignored = []
     for name, (refused, why) in LOCAL_ONLY.items():
-        value, default = getattr(args, name), OWN_DEFAULTS.get(name, getattr(TrainConfig, name))
-        if value == default:
+        if getattr(args, name) == getattr(DPPOArgs, name):  # the default here
             continue
         flag = "--" + name.replace("_", "-")
         if refused:
@@ -513,46 +450,16 @@ def oat_validate(args) -> None:
 
 
 def describe(args, notes: list[str] = ()) -> str:
-    """The resolved configuration, one `name = value` per line (for --dry-run)."""
+    """The resolved configuration, one `name = value` per line (--dry-run)."""
     lines = ["# oat_dppo --backend oat"]
     lines += [f"# note: {n}" for n in notes]
     lines.append(f"# learners: {learner_world_size(args)} GPU(s); trust region: "
                  f"{build_trust_region(to_train_config(args))!r}")
     for f in dataclasses.fields(args):
+        if f.name in OAT_NAMES:  # the local name of an Oat field, printed under Oat's
+            continue
         v = getattr(args, f.name)
         if isinstance(v, float) and math.isinf(v):
             v = "inf"
         lines.append(f"{f.name} = {v!r}")
     return "\n".join(lines)
-
-
-def resolve(argv: list[str]) -> tuple[Any, list[str]]:
-    """Parse and finalize (no GPU needed)."""
-    args = parse(argv)
-    return args, finalize(args)
-
-
-CONFIG_SEPARATOR = "---"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m oat_dppo.backends.oat.args ARGS [--- ARGS ...]`: print the resolved configuration of
-    each command line (the experiment scripts' --dry-run; one process for all of a script's arms).
-    No GPU or launchpad needed; Oat's PPO module is (it imports vLLM)."""
-    runs: list[list[str]] = [[]]
-    for a in sys.argv[1:] if argv is None else argv:
-        if a == CONFIG_SEPARATOR:
-            runs.append([])
-        else:
-            runs[-1].append(a)
-    for i, run in enumerate(runs):
-        try:
-            args, notes = resolve(run)
-        except ConfigError as e:
-            return fail(str(e))
-        print(("\n" if i else "") + describe(args, notes))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
