@@ -236,7 +236,8 @@ class TrainConfig:
                                      "then starts with a fresh one at --learning-rate).")
 
     # ---- run ---------------------------------------------------------------------------------
-    iterations: int = opt(20, "Training iterations (rollout + update).")
+    iterations: int = opt(20, "Training iterations (rollout + update); 0 with --warm-start: the warm start alone "
+                              "(evaluated and saved; --resume RUN_DIR --iterations N continues with RL).")
     seed: int = opt(0, "Run seed: model init (tiny models), episode seeds, sampling, shuffling.")
     deterministic: bool = opt(
         False,
@@ -385,8 +386,9 @@ def validate(cfg: TrainConfig) -> None:
         )
     if not (cfg.eval_temperature >= 0):
         raise ConfigError(f"--eval-temperature {cfg.eval_temperature}: must be >= 0 (0: greedy)")
+    if cfg.iterations < (0 if cfg.warm_start else 1):
+        raise ConfigError(f"--iterations must be >= 1 (0 with --warm-start: the warm start alone), got {cfg.iterations}")
     positive = {
-        "iterations": cfg.iterations,
         "episodes_per_iteration": cfg.episodes_per_iteration,
         "group_size": cfg.group_size,
         "num_ppo_epochs": cfg.num_ppo_epochs,

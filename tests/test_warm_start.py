@@ -163,6 +163,23 @@ def test_a_warm_started_run_evaluates_before_rl_and_resumes_after_the_warm_start
     assert [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [-1, 0, 1]
 
 
+def test_the_warm_start_alone_is_a_run_that_exports_and_resumes_into_rl(tmp_path):
+    """--iterations 0: the warm start, its evaluation and its checkpoint, no RL step; the checkpoint exports as
+    the model an Oat run starts from, and --resume continues the same directory with RL."""
+    from oat_dppo.export import main as export
+
+    run = tmp_path / "run"
+    assert main([*TINY, "--run-dir", str(run), "--iterations", "0", "--eval-every", "1", "--eval-episodes", "2",
+                 "--warm-start", "demo:bisect", "--warm-start-episodes", "4", "--warm-start-steps", "2"]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [-1] and "eval/success_rate" in rows[0]
+    assert export([str(run), str(tmp_path / "model")]) == 0
+    assert (tmp_path / "model" / "config.json").exists()
+    assert main(["--resume", str(run), "--iterations", "1"]) == 0
+    assert [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [-1, 0]
+    assert main([*TINY, "--run-dir", str(tmp_path / "r"), "--iterations", "0"]) == 2  # 0 needs a warm start
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--warm-start", "demo:board_rules"], "plays game:Sudoku* environments"),
     (["--warm-start", "demo:nope"], "no such demonstrator"),

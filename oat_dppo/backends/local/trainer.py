@@ -220,8 +220,9 @@ class LocalTrainer:
 
     @property
     def finished(self) -> bool:
-        """Every iteration of --iterations is done (a resumed run with nothing left to do)."""
-        return self.start_iteration >= self.cfg.iterations
+        """Every iteration of --iterations is done (a resumed run with nothing left to do; a new run with
+        --iterations 0 still takes its warm start)."""
+        return bool(self.resume) and self.start_iteration >= self.cfg.iterations
 
     def effective_config(self) -> dict:
         """The run's configuration with every default resolved to the value in use (trust-region
