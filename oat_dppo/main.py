@@ -18,7 +18,7 @@ from typing import Optional
 import tyro
 
 from oat_dppo.backends import oat as oat_backend  # cheap: Oat itself is imported by launch/main
-from oat_dppo.backends.oat.availability import missing, missing_packages, require
+from oat_dppo.backends.oat.availability import missing, require
 from oat_dppo import determinism, precheck
 from oat_dppo.cli import fail
 from oat_dppo.cli import parse as parse_cli
@@ -82,7 +82,7 @@ def wants_oat(argv: list[str]) -> bool:
         return True
     if r.backend != "auto" or r.resume is not None:
         return False
-    return not missing_packages() and not missing()  # packages first: missing() imports torch (for CUDA)
+    return not missing()
 
 
 def choose_backend(cfg: TrainConfig) -> str:

@@ -87,8 +87,8 @@ if [ "$DRY" = 1 ]; then
   # Where a Python with Oat is here (the kit's, or .venv-oat), the configuration Oat would get.
   for p in "$PY" .venv-oat/bin/python; do
     if [ -x "$p" ]; then
-      echo "resolved by $p (--dry-run; no GPU needed):"
-      "$p" -m oat_dppo.main --dry-run "${CMD[@]:3}" 2>/dev/null \
+      echo "resolved by $p (--print-config; no GPU needed):"
+      "$p" -m oat_dppo.main --print-config "${CMD[@]:3}" 2>/dev/null \
         | grep -E '^# (note|learners)|^(gpus|collocate|vllm_gpu_ratio|bf16|check_sync|flash_attn|adam_offload|zero_stage|iterations) =' \
         | sed 's/^/  /'
       break

@@ -55,7 +55,7 @@ run_arms() {
                "${wandb[@]}" "${extra[@]}")
     if [ "$dry" = 1 ]; then
       echo "# ${name} / ${arm}: ${PYTHON} -m oat_dppo.main --backend oat ${cmd[*]}"
-      "${PYTHON}" -m oat_dppo.main --backend oat --dry-run "${cmd[@]}"
+      "${PYTHON}" -m oat_dppo.main --backend oat --print-config "${cmd[@]}"
     else
       echo "=== ${name} / ${arm}" >&2
       "${PYTHON}" -m oat_dppo.main --backend oat "${cmd[@]}"

@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
 
     args = parse(argv)
     notes = finalize(args)
-    if args.dry_run:
+    if args.print_config:
         print(describe(args, notes))
         return 0
     for note in notes:

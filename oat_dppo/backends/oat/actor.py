@@ -1,17 +1,14 @@
 """`DPPOActor`: an Oat `PPOActor` that plays GEM episodes with the shared agent loop on vLLM.
 
-Oat calls `step(prompts, ...)` once per learner step with `rollout_batch_size_per_device` prompt
-slots per learner (the prompts themselves are placeholders, see `learner._SlotDataset`). For each
-slot the actor starts `num_samples` (= `--group-size`) episodes from one environment seed, plays them
-with `oat_dppo.agent.play_episodes` (one batched vLLM call per turn over all live episodes, mu and
-mu's top-K recorded by `VLLMEngine`), assigns per-turn advantages with the shared
-`assign_advantages` (whole groups in one place), and sends one item per episode
-(`data.DPPOEpisodeData`, every turn of it): exactly slots x group size items, which Oat's collector
-splits evenly between the learners of an actor, however many turns each episode played. Nothing is
-sampled away (Oat's own multi-turn PPO and GEM's examples subsample turns to a fixed count).
+Oat calls `step(prompts, ...)` once per learner step with `rollout_batch_size_per_device` placeholder slots
+(`learner._SlotDataset`). Each slot starts `num_samples` (`--group-size`) episodes from one environment
+seed, played by `oat_dppo.agent.play_episodes` (one batched vLLM call per turn, mu and its top-K recorded),
+with advantages from the shared `assign_advantages` (whole groups in one place). One item per episode
+travels (`data.DPPOEpisodeData`, every turn): slots x group size items, which Oat's collector splits
+evenly between the actor's learners, however many turns each holds. Nothing is sampled away, where
+Oat's own multi-turn PPO and GEM's examples subsample turns to a fixed count.
 
-Rollout metrics travel in each transition's `info` (the same small dict in all of them, which Oat's
-collector averages into the `actor/...` logs); per-token arrays never do.
+Rollout metrics travel in each item's `info` (which Oat's collector averages into `actor/...`).
 """
 
 from __future__ import annotations
@@ -116,8 +113,7 @@ class DPPOActor(PPOActor):
 
     # -- environments ------------------------------------------------------------------------------------
     def _envs_for(self, n: int, *, for_eval: bool) -> list:
-        """n environment instances (built once, grown when a step needs more; episodes reset them with
-        their own seeds, so which instance plays which episode does not matter)."""
+        """n environment instances, built once and grown when needed (episodes reset them with their seeds)."""
         pool = self._eval_envs if for_eval else self._envs
         if len(pool) < n:
             for env in pool:
@@ -126,9 +122,8 @@ class DPPOActor(PPOActor):
         return pool[:n]
 
     def _env_config(self):
-        """The run's config, with GEM's math grader in a subprocess (`use_mp`) unless the user chose: Oat
-        calls `step` from a courier thread, where the in-process grader's SIGALRM timeout cannot be set
-        (every episode of a math env failed with "signal only works in main thread")."""
+        """The run's config, GEM's math grader in a subprocess (`use_mp`) unless chosen: Oat calls `step`
+        from a courier thread, where the grader's SIGALRM fails ("signal only works in main thread")."""
         from dataclasses import replace
 
         from oat_dppo.envs.presets import family_of
@@ -145,9 +140,8 @@ class DPPOActor(PPOActor):
         return self.ipc_client.serialize_ipc(transitions)
 
     def rollout(self, n_slots: int) -> tuple[list[DPPOEpisodeData], dict[str, float]]:
-        """Exactly `n_slots x num_samples` episodes, every turn they played (see the module docstring), and
-        their metrics. A round in which no episode gave a trainable turn (every env failing) is played
-        again, at most MAX_ROUNDS times."""
+        """Exactly `n_slots x num_samples` episodes, every turn they played, and their metrics. A round without
+        a trainable turn (every env failing) is played again, at most MAX_ROUNDS times."""
         args = self.args
         g = max(int(args.num_samples), 1)
         actor_id = getattr(self, "actor_id", 0)

@@ -1,9 +1,9 @@
 """`DPPOArgs`: Oat's own argument class plus the local backend's options, under the same names.
 
 One command line works on both backends. `class DPPOArgs(PPOArgs, TrainConfig)` inherits Oat's fields
-(`oat.algorithms.ppo.PPOArgs`; it imports vLLM: where vLLM is missing `oat.args.OATArgs` stands in, and
-without Oat an empty class, so that `--help` still works and a run is refused) and every local option
-with its local default and help. Below it re-declares only:
+(`oat.algorithms.ppo.PPOArgs`, which imports vLLM; where it does not import, an empty class, so that
+`--help` still works and a run is refused) and every local option with its local default and help. It
+re-declares only:
 
 * the eleven Oat fields that mean a local option (`OAT_NAMES`: `--pretrain` is `--model`, `--num-samples`
   is `--group-size`, ...): Oat's field holds the value, the local name is its alias on the command line
@@ -62,7 +62,7 @@ LOCAL_ONLY: dict[str, tuple[bool, str]] = {
     "trainable_layers": (True, "on Oat use --lora-rank (or full fine-tuning)"),
     "resume": (True, "Oat resumes DeepSpeed checkpoints with --resume-dir DIR"),
     "engine": (True, "Oat's actors always sample with vLLM"),
-    "warm_start": (True, "warm-start on the local backend (--warm-start ... --iterations 1), export it (python -m "
+    "warm_start": (True, "warm-start on the local backend (--warm-start ... --iterations 0), export it (python -m "
                          "oat_dppo.export), then --model the exported directory here"),
     "deterministic": (True, "Oat's actors (vLLM 0.8.4, which has no batch-invariant kernels) and DeepSpeed "
                             "learners run in processes Oat launches, and nothing here pins their kernels"),
@@ -70,19 +70,13 @@ LOCAL_ONLY: dict[str, tuple[bool, str]] = {
 
 
 def _oat_base() -> tuple[type, str | None]:
-    """(Oat's argument class, why it is not PPOArgs): PPOArgs, else OATArgs, else an empty class."""
+    """(Oat's argument class, why it is missing): PPOArgs (it imports vLLM), else an empty class."""
     try:
-        from oat.algorithms.ppo import PPOArgs  # imports vLLM (and torch, deepspeed)
+        from oat.algorithms.ppo import PPOArgs
 
         return PPOArgs, None
-    except ImportError as e:  # vLLM missing: OATArgs (torch + tyro only) keeps Oat's general options
-        why = f"{type(e).__name__}: {e}"
-    try:
-        from oat.args import OATArgs  # torch + tyro only
-
-        return OATArgs, f"oat.algorithms.ppo does not import here ({why})"
     except ImportError as e:
-        return dataclasses.make_dataclass("NoOat", []), f"oat-llm is not installed ({type(e).__name__}: {e})"
+        return dataclasses.make_dataclass("NoOat", []), f"Oat's PPO module does not import ({type(e).__name__}: {e})"
 
 
 OatArgs, OAT_ARGS_MISSING = _oat_base()
@@ -197,8 +191,8 @@ class DPPOArgs(OatArgs, TrainConfig):
                                           "stdout.")
 
     # ---- this backend's own ------------------------------------------------------------------------------
-    dry_run: bool = _field(False, "Print the resolved configuration (every option, with the notes) and exit: no GPU "
-                           "is needed, nothing is launched.")
+    print_config: bool = _field(False, "Print the resolved configuration (every option, with the notes) and exit: "
+                                "no GPU is needed, nothing is launched.")
     vllm_max_logprobs: Optional[int] = _field(
         None, "vLLM's max_logprobs (top-K strategies record K log-probs per token; default max(20, K)).")
     check_sync: Literal["auto", "on", "off"] = _field(
@@ -222,7 +216,7 @@ def parse(argv: list[str]) -> Any:
                    "The local backend's options (env, template, trust region) keep their names; Oat's own options "
                    f"follow. Local-backend only: ignored here {ignored}; refused {refused}. See docs/gpu.md.")
     if OAT_ARGS_MISSING:
-        description += f"\n\nNote: PPO's own options appear where Oat's PPO module imports: {OAT_ARGS_MISSING}."
+        description += f"\n\nNote: Oat's own options are not listed here: {OAT_ARGS_MISSING}."
     with warnings.catch_warnings():
         # Oat annotates some fields `str` with default None; tyro warns about each. Not ours to fix.
         warnings.filterwarnings("ignore", message="The field .* is annotated with type", category=UserWarning)
@@ -295,8 +289,7 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
         args.gpus = torch.cuda.device_count() if cuda else 2
     # -- options of the local backend ------------------------------------------------------------
     if OAT_ARGS_MISSING:
-        raise ConfigError(f"--backend oat needs Oat's PPO module, and {OAT_ARGS_MISSING}; the GPU install guide is "
-                          "docs/gpu.md")
+        raise ConfigError(f"--backend oat: {OAT_ARGS_MISSING}; the install guide is docs/gpu.md")
     ignored = []
     for name, (refused, why) in LOCAL_ONLY.items():
         if getattr(args, name) == getattr(DPPOArgs, name):  # the default here
@@ -376,7 +369,7 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
         raise ConfigError("--check-sync asks the actor's vLLM for log-probs between rounds, which --asynchronous "
                           "actors are still sampling with; use --check-sync off (or drop --asynchronous)")
     args.aggregation = aggregation_of(args)
-    args.use_fused_lm_head = False  # the learner never calls Oat's get_batch_logps (see OAT_DEFAULT_OVERRIDES)
+    args.use_fused_lm_head = False  # the learner never calls Oat's get_batch_logps
 
     # -- batch arithmetic (Oat rounds silently; a mismatch would drop data or straddle rounds) --------
     world = learner_world_size(args) if world_size is None else world_size
@@ -450,7 +443,7 @@ def oat_validate(args) -> None:
 
 
 def describe(args, notes: list[str] = ()) -> str:
-    """The resolved configuration, one `name = value` per line (--dry-run)."""
+    """The resolved configuration, one `name = value` per line (--print-config)."""
     lines = ["# oat_dppo --backend oat"]
     lines += [f"# note: {n}" for n in notes]
     lines.append(f"# learners: {learner_world_size(args)} GPU(s); trust region: "

@@ -1,11 +1,6 @@
-"""Is the Oat stack here? Checked by installed distributions, not by `find_spec`.
-
-`--backend oat` needs the packages only: on a machine without CUDA the same program runs on the
-CPU (`cpu.py`). The automatic choice (`--backend auto`) takes Oat only where CUDA is present too: on a
-laptop the local backend is the faster way to train.
-
-Why: cheap (nothing is imported unless every package is present, then torch for CUDA), and
-`--help` must work where importing vLLM would fail.
+"""Is the Oat stack here? Checked by installed distributions (cheap; `--help` must work where importing
+vLLM would fail). `--backend oat` needs the packages only (without CUDA the program runs on the CPU,
+`cpu.py`); `--backend auto` takes Oat only where CUDA is present too.
 """
 
 from __future__ import annotations
@@ -24,31 +19,25 @@ _REQUIRED: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
-def _installed(names: tuple[str, ...]) -> bool:
-    for name in names:
-        try:
-            importlib.metadata.version(name)
-            return True
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return False
+def _installed(name: str) -> bool:
+    try:
+        return bool(importlib.metadata.version(name))
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
 def missing_packages() -> list[str]:
     """The Oat-stack packages that are not installed (no import at all)."""
-    return [what for names, what in _REQUIRED if not _installed(names)]
+    return [what for names, what in _REQUIRED if not any(map(_installed, names))]
 
 
 def missing() -> list[str]:
     """What a GPU run on Oat needs that this machine lacks (empty: everything is here)."""
-    out = missing_packages()
-    try:
-        import torch  # only once the Oat stack is known to be installed
-    except ImportError:
-        return out + ["torch"]
-    if not torch.cuda.is_available():
-        out.append("a CUDA GPU")
-    return out
+    if missing_packages():  # torch is imported only once the stack is there
+        return missing_packages()
+    import torch
+
+    return [] if torch.cuda.is_available() else ["a CUDA GPU"]
 
 
 def require() -> None:

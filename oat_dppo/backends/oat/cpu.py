@@ -1,11 +1,9 @@
 """Oat 0.2.4's program on a machine without CUDA: stand-ins for its CUDA-only calls.
 
-Oat assumes GPUs at a handful of points on the path of a training step. On a machine where
-`torch.cuda.is_available()` is False, `apply()` replaces each of them with what the same line means
-on a CPU; where CUDA is present it does nothing, so a GPU run is exactly Oat's. No Oat file is
-edited: the replacements are made at run time inside every process that needs them (the learner
-and actor modules call `apply()` on import, and launchpad's node processes import them to unpickle
-their constructors; the launcher calls it in `program.launch`).
+Where `torch.cuda.is_available()` is False, `apply()` replaces each CUDA-only line on the path of a training
+step with what it means on a CPU; with CUDA it does nothing, so a GPU run is exactly Oat's. No Oat file is
+edited: every process that needs them applies them at run time (the learner and actor modules on import,
+which launchpad's node processes do to unpickle their constructors; the launcher in `program.launch`).
 
 | | Oat 0.2.4 line | on a CPU |
 |---|---|---|
@@ -18,11 +16,8 @@ their constructors; the launcher calls it in `program.launch`).
 | P7 | `WorkerWrap.update_weight` receives into `torch.empty(..., device="cuda")` (utils/distributed.py:171) | a CPU buffer |
 | P8 | DeepSpeed ZeRO-3's `async_op=True` gathers and reduce-scatters, ordered by CUDA streams (DeepSpeed, not Oat) | completed before they return |
 
-Not on the path of a run, left alone: `ActorBase.update_rm` (actors/base.py:251), `WorkerWrap.load_gpu`
-(utils/distributed.py:192; only with --vllm-sleep, which vLLM's CPU backend lacks).
-
-What cannot exist on a CPU and so is not exercised here: NCCL (the weight broadcast runs over gloo,
-the learners' collectives too), CUDA IPC (collocated GPU runs), flash-attention, CUDA graphs.
+Left alone (not on a run's path): `ActorBase.update_rm`, `WorkerWrap.load_gpu` (--vllm-sleep only). Cannot
+exist on a CPU, so not exercised here: NCCL, CUDA IPC (collocated GPU runs), flash-attention, CUDA graphs.
 """
 
 from __future__ import annotations
@@ -89,10 +84,9 @@ def _synchronous(collective):
 
 
 def torch_extensions_dir() -> str:
-    """Where DeepSpeed's JIT-built CPU ops (shared-memory collectives, FusedAdam) live: inside the Python
-    environment, not torch's per-user default. Two environments sharing that default rebuild each
-    other's ops (the include paths differ), and a process killed during a build leaves a lock that
-    makes every later load wait forever; per environment, setup/oat_venv.sh builds them once."""
+    """DeepSpeed's JIT-built CPU ops, per Python environment (setup/oat_venv.sh builds them once): two
+    environments sharing torch's per-user default rebuild each other's, and a build killed midway leaves
+    a lock that makes every later load wait forever."""
     return os.path.join(sys.prefix, "torch_extensions")
 
 

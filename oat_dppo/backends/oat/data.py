@@ -1,18 +1,13 @@
 """What travels from the actor to the learner, and how it becomes a `TokenBatch`.
 
-The unit is the episode (`DPPOEpisodeData`, one per episode the actor played, a single-turn episode
-included): Oat's collector splits an actor's list evenly between its learners, so a fixed count of
-episodes (slots x group size) travels however many turns they hold, and every turn is trained. The
-learner's dataset unpacks each episode into its turns and keeps the episode of each row.
+The unit is the episode (`DPPOEpisodeData`, single-turn ones included): Oat's collector splits an actor's
+items evenly between its learners, so a fixed count of episodes travels however many turns they hold. The
+learner's dataset unpacks each into its turns, keeping the episode of each row.
 
-Oat's `TransitionData` carries the sampled-token log-probs (`response_logprobs`); DPPO also needs the
-turn's advantage (computed in the actor by the shared `assign_advantages`, so group baselines see
-whole groups) and, for top-K strategies, mu's top-K. They travel as extra dataclass fields in compact
-numpy arrays, *not* in `info`: Oat's collector averages every `info` key over the batch
-(`FeedbackCollector.get_metrics`). Oat's `TransitionDataset` copies only its own fields, so
-`DPPOTransitionDataset` adds ours (the pattern of Oat's `MultiTurnTransitionDataset`).
-
-Imports Oat's types and dataset only (torch, no vLLM).
+A turn (`DPPOTransitionData`) adds to Oat's `TransitionData` its advantage (computed in the actor, where
+group baselines see whole groups) and mu's top-K, as dataclass fields in compact numpy arrays, not in
+`info`, whose every key Oat's collector averages. `DPPOTransitionDataset` copies them, as Oat's
+`MultiTurnTransitionDataset` copies its own. Imports Oat's types and dataset only (torch, no vLLM).
 """
 
 from __future__ import annotations

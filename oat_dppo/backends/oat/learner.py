@@ -1,29 +1,24 @@
 """`DPPOLearner`: Oat's `PPOLearner` whose learning step is the shared trust-region learner loop.
 
-Everything around the step stays Oat's: the DeepSpeed engine and optimizer, weight sync to vLLM, sleep/wake,
-collocation, LoRA, checkpoints, wandb, the learn() round. The buffer holds whole episodes (`data.py`); before a
-round the learners trade them so that their tokens are even (`learn`). Per call (one learning round, the whole
-buffer as one batch, as in `PPOLearner.learning_step`):
+Everything around the step stays Oat's (DeepSpeed engine and optimizer, weight sync to vLLM, collocation,
+LoRA, checkpoints, wandb, the learn() round). The buffer holds whole episodes (`data.py`), traded before a
+round so that the learners' tokens are even (`learn`). One learning step takes the whole buffer:
 
-1. Oat's trajectory dict (a row per turn) -> `TokenBatch` (`data.to_token_batch`: the shared `collate`; an
-   episode's chat turns one row), advantages from the actor (the shared `assign_advantages`), or Oat's
-   Monte-Carlo advantages for plain `TransitionData`.
-2. Only when the strategy anchors on a recomputed pi_old (`anchor="recompute"`, MiniRL) or mu is
-   replaced by it (`--mu-source recompute`): one no-grad forward over the batch. Behavior-anchored
-   strategies (DPPO, ratio clip on pi/mu) skip it: the paper's ~25% saving.
-3. The shared loop (`learner.loop.plan_update`, `run_update`): `num_ppo_epochs` passes in Oat's order
-   (`np.random.permutation`), optimizer steps of `train_batch_size / learners` turns (or episodes), micro-batches
-   of `train_batch_size_per_device`, as many on every rank; DeepSpeed's engine does the backward and steps at
-   the boundaries the hooks set (`_DeepSpeedHooks`).
+1. Oat's trajectory dict (a row per turn) -> `TokenBatch` (`data.to_token_batch`), with the actor's
+   advantages, or Oat's Monte-Carlo advantages for plain `TransitionData`.
+2. Only where the strategy anchors on a recomputed pi_old or `--mu-source recompute` replaces mu: one no-grad
+   forward. Behavior-anchored strategies (DPPO, ratio clip on pi/mu) skip it: the paper's ~25% saving.
+3. The shared loop (`plan_update`, `run_update`) in Oat's order (`np.random.permutation`), as many
+   micro-batches on every rank; DeepSpeed does the backward and steps where `_DeepSpeedHooks` says.
 
-Equivalence with stock Oat (tests/test_oat_backend_learner.py): `ppo_clip` with eps_low = eps_high =
-cliprange, `anchor="recompute"`, `--mu-source recompute` and Oat's aggregation reproduces
-`PPOLearner.learning_step` (tis_c None; with `--tis-c` too). With the default `--mu-source rollout`
-the same strategy is MiniRL (paper D.1): IS weight pi/mu, clip on pi/pi_old.
+`ppo_clip` with eps_low = eps_high = cliprange, `anchor="recompute"`, `--mu-source recompute` and Oat's
+aggregation reproduces `PPOLearner.learning_step`, with and without `--tis-c` (tests/test_oat_backend_learner.py);
+with the default `--mu-source rollout` the same strategy is MiniRL (paper D.1).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -67,9 +62,8 @@ def hf_policy(model):
 
 
 class _SlotDataset(torch.utils.data.Dataset):
-    """Oat's learner loop iterates a prompt dataloader; the actors ignore the prompts (episodes start
-    from environment seeds), so the items are placeholders that only set the pace: one batch of
-    `rollout_batch_size_per_device` slots per actor step."""
+    """Placeholder prompts that only pace Oat's loop (one batch of slots per actor step): episodes start
+    from environment seeds."""
 
     def __init__(self, n: int):
         self.n = int(n)
@@ -82,10 +76,9 @@ class _SlotDataset(torch.utils.data.Dataset):
 
 
 class _DeepSpeedHooks:
-    """`UpdateHooks` over Oat's strategy. DeepSpeed divides each backward by its configured accumulation
-    steps (undone here: the loss is normalized over the whole optimizer step already) and must see
-    `step()` after every micro-batch; the accumulation boundary is set by hand, because a step's
-    micro-batch count is the plan's (equal on every rank, `learner.loop.equalize_plan`), not the config's."""
+    """`UpdateHooks` over Oat's strategy. DeepSpeed divides each backward by its accumulation steps (undone:
+    the loss is normalized over the optimizer step already) and must see `step()` after every micro-batch;
+    the boundary is set by hand, since a step's micro-batch count is the plan's, not the config's."""
 
     def __init__(self, learner: "DPPOLearner"):
         self.learner = learner
@@ -137,10 +130,8 @@ def _over_ranks(values: list, dtype: torch.dtype, op) -> list:
 
 
 class MetricsFile:
-    """Stands in front of Oat's wandb logger (`learner._wandb`, which Oat's `eval_and_log` calls with
-    every log row) and appends one row per learning round to SAVE_PATH/metrics.jsonl, the file the
-    local backend writes: `python -m oat_dppo.plot` and the study reports read Oat runs too. Oat's
-    `actor/...` rollout metrics are written as `rollout/...`, the local backend's name."""
+    """In front of Oat's wandb logger (`learner._wandb`): one row per learning round in SAVE_PATH/metrics.jsonl,
+    the local backend's file and names (`actor/...` as `rollout/...`), which plots and study reports read."""
 
     def __init__(self, path: Path, inner=None):
         self.path, self.inner = path, inner
@@ -168,10 +159,7 @@ class MetricsFile:
 
 
 def run_config(args) -> dict:
-    """What the run's config.json holds (the file a local run writes too): the run as the local backend's
-    options, as resolved on this node, then every Oat argument under `_oat`, and the machine's provenance."""
-    import dataclasses
-
+    """config.json, as a local run writes it (resolved on this node), with every Oat argument under `_oat`."""
     oat = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
     oat = {k: v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else repr(v) for k, v in oat.items()}
     return {**to_dict(to_train_config(args)), "backend": "oat", "_oat": oat, **provenance()}
@@ -216,9 +204,8 @@ class DPPOLearner(PPOLearner):
 
     # -- a learning round: the episodes balanced over the ranks, then the step --------------------------
     def learn(self, learning_round: int):
-        """Oat's round over this rank's buffer of episodes, after spreading the round's episodes over the
-        learner ranks by tokens (`learner.balance.exchange_by_tokens`). Oat counts `policy_sgd_step` from rows; here it
-        advances by the optimizer steps the round took."""
+        """Oat's round, after the ranks trade episodes to even their tokens (`exchange_by_tokens`);
+        `policy_sgd_step` advances by the optimizer steps taken (Oat counts it from rows)."""
         self.pi_buffer = deque(exchange_by_tokens(list(self.pi_buffer), episode_tokens), maxlen=self.pi_buffer.maxlen)
         before, self._optimizer_steps = self.policy_sgd_step, 0
         info = super().learn(learning_round)
@@ -263,19 +250,15 @@ class DPPOLearner(PPOLearner):
                              logits_chunk_tokens=args.logits_chunk_tokens)
         self._optimizer_steps += int(metrics["optimizer_steps"])
         infos = {k: torch.tensor(float(v)) for k, v in metrics.items()}
-        infos["recompute_s"] = torch.tensor(recompute_s)
-        infos["adv_mean"] = adv_stats.mean()
-        infos["adv_min"] = adv_stats.min()
-        infos["adv_max"] = adv_stats.max()
+        infos.update(recompute_s=torch.tensor(recompute_s), adv_mean=adv_stats.mean(), adv_min=adv_stats.min(),
+                     adv_max=adv_stats.max())
         return infos
 
     # -- weight sync, checked (--check-sync) -----------------------------------------------------------
     def sync_params_to_actors(self):
-        """Oat's broadcast of the weights into the actors' vLLM; with --check-sync, rank 0 also asks the
-        first actor for its log-probs of one response of this round (and a checksum of its weights)
-        before and after, and compares them with the learner's log-probs of the same tokens. Before the
-        sync the actor is stale (the difference shows what a missed sync looks like); after it the
-        actor should compute what the learner computes. Every rank logs rank 0's numbers."""
+        """Oat's broadcast into the actors' vLLM; with --check-sync rank 0 compares the first actor's log-probs
+        of one response of the round (and a digest of its weights) before and after with the learner's: a
+        stale actor differs before, a synced one should not after. Every rank logs rank 0's numbers."""
         if self.args.check_sync != "on":
             return super().sync_params_to_actors()
         probe = self._sync_probe_tokens() if self.strategy.is_rank_0() else None

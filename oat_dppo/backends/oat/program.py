@@ -1,14 +1,9 @@
 """Build Oat's launchpad program with the DPPO learner and actor, and launch it.
 
-The classes are imported from their own modules (`oat_dppo.backends.oat.learner/actor`), never
-defined in `__main__`: launchpad pickles node constructors, and classes from an importable package are
-pickled by reference, so every node process imports the same code (`oat_dppo` must be installed in
-the node's environment, which `pip install -e .` does).
-
-The same program runs on GPUs and on a machine without CUDA. On a CPU, `--gpus N` counts process
-slots that Oat splits exactly as it splits GPUs (N/2 vLLM actors and N/2 DeepSpeed learners; Oat
-pairs every learner with an actor), the CUDA-only lines of Oat are replaced by `cpu.py`, and the
-node processes share the machine's cores (`cpu_environment`).
+The node classes live in importable modules (`learner.py`, `actor.py`), never `__main__`: launchpad
+pickles node constructors by reference, so every node imports the same installed code. Without CUDA,
+`--gpus N` counts process slots that Oat splits as it splits GPUs (N/2 vLLM actors, N/2 DeepSpeed
+learners), `cpu.py` stands in for Oat's CUDA-only lines, and the nodes share the cores (`cpu_environment`).
 """
 
 from __future__ import annotations
@@ -28,9 +23,8 @@ CPU_KV_CACHE_GIB = 1
 
 
 def resolve_model(args) -> None:
-    """`--model smollm2` / `tiny-*` name models that exist only in this project; Oat's learner and
-    vLLM load a directory. Replace the name by one (a tiny model is saved once under the run's
-    save path, with its seed's weights). Hub ids and local paths are left as they are."""
+    """`--model smollm2` / `tiny-*` (this project's names) -> a directory Oat's learner and vLLM load (a tiny
+    model saved under the run's save path, with its seed's weights). Hub ids and paths stay."""
     from oat_dppo.models import TINY_MODELS, engine_model_source, load_policy
     from oat_dppo.model_names import SMOLLM2
 
@@ -44,10 +38,8 @@ def resolve_model(args) -> None:
 
 
 def cpu_environment(args) -> dict[str, str]:
-    """What every node process inherits on a machine without CUDA (nothing where CUDA is present):
-    one share of the cores per compute process (actors + learners; launchpad's processes inherit the
-    launcher's environment; --threads, else the cores split evenly), vLLM-CPU's KV-cache reservation, DeepSpeed's
-    CPU accelerator."""
+    """What every node process inherits without CUDA: its torch threads (--threads, else an even share of the
+    cores between actors and learners), vLLM-CPU's KV-cache size, DeepSpeed's CPU accelerator."""
     if cpu.cuda_present():
         return {}
     nodes = 2 * learners_per_group(args)  # this launcher's; Oat pairs one actor with each learner
@@ -75,17 +67,9 @@ def build_program(args):
                               f"{args.num_gpus_per_actor}): {e}") from None
 
 
-def describe_topology(args) -> str:
-    n = learners_per_group(args)
-    where = "GPUs" if cpu.cuda_present() else f"processes sharing {os.cpu_count()} CPU cores"
-    group = f"; node group {args.group_rank} of {args.num_groups}" if args.num_groups > 1 else ""
-    return f"{n} vLLM actor(s) and {n} DeepSpeed learner(s) ({where}{group})"
-
-
 def launch(cfg, *, finalized: bool = False) -> int:
     """Run `cfg` (a `DPPOArgs`, or a `TrainConfig` from `oat_dppo.main.run`) on Oat: this launcher's node
-    group, from its first signal handler to its last node's end. Blocks as Oat's own entry points do
-    (`lp.launch(..., terminal="current_terminal")`); returns the exit status of `supervise`."""
+    group, until its last node ended. Returns the exit status (`supervise`)."""
     args = from_train_config(cfg) if isinstance(cfg, TrainConfig) else cfg
     if not isinstance(args, DPPOArgs):
         raise TypeError(f"launch() takes a DPPOArgs or a TrainConfig, got {type(cfg).__name__}")
@@ -101,8 +85,10 @@ def launch(cfg, *, finalized: bool = False) -> int:
             build_program(args)  # Oat's topology checks, before anything is written (built again below)
             resolve_model(args)
             os.environ.update(cpu_environment(args))
-            print(f"oat_dppo: Oat program with {describe_topology(args)}; logs under {args.save_path}",
-                  file=sys.stderr, flush=True)
+            n, where = learners_per_group(args), "GPUs" if cpu.cuda_present() else f"processes on {os.cpu_count()} cores"
+            group = f"; node group {args.group_rank} of {args.num_groups}" if args.num_groups > 1 else ""
+            print(f"oat_dppo: Oat program with {n} vLLM actor(s) and {n} DeepSpeed learner(s) ({where}{group}); "
+                  f"logs under {args.save_path}", file=sys.stderr, flush=True)
             program, resources = build_program(args)
             return supervisor.run(program, resources)
         except Stopped as stop:  # before any node process started

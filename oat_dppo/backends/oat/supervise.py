@@ -1,19 +1,15 @@
 """How a launcher of Oat's program ends: the exit status of `oat_dppo.stopping`, every node ended.
 
-One launcher runs one node group (`--group-rank`): its IPC server (the plasma store), its vLLM actors
-and its DeepSpeed learners, each a process that launchpad's `local_mp` starts (a run over several
-machines starts one launcher per machine, docs/oat.md). When it returns, every node process of its
-group has ended: status 0 once every learner returned from its `run()`, 1 when a node ended while
-nothing asked it to (a crash, the OOM killer, a lost peer group), 128 + n for a stop signal, also one
-that came before any node started. A SIGKILLed launcher cannot stop its nodes: the watchdog of
-`stopping.end_children_with_this_process` does.
+One launcher runs one node group (`--group-rank`): its IPC server (plasma), its vLLM actors and its
+DeepSpeed learners, each a process of launchpad's `local_mp`. When `Supervisor.run` returns, every node
+of the group has ended: status 0 once every learner returned from its `run()`, 1 when a node ended while
+nothing asked it to (a crash, the OOM killer, a lost peer group), 128 + n for a stop signal.
 
-Why learners leave a marker: Oat's learner rank 0 ends the program with `lp.stop()`, which is a
-SIGTERM to its launcher, the very signal a scheduler sends; the launchers of the other node groups
-get nothing at all; and launchpad starts each node behind a shell pipe, so a node's exit status is
-lost. Here a learner's `lp.stop()` does nothing (`finish_without_stop`); when its `run()` returns, it
-leaves a file named after its node (`report_finished`), and the launcher ends its group once every
-learner of the group has left one.
+Why learners leave a marker: Oat's learner ends the program with `lp.stop()`, a SIGTERM to its launcher
+(the very signal a scheduler sends) that other node groups never get, and launchpad runs each node behind
+a shell pipe that loses its exit status. Here `lp.stop()` does nothing (`finish_without_stop`); a learner
+whose `run()` returned leaves a file named after its node (`report_finished`), and the launcher ends the
+group once every learner left one. A SIGKILLed launcher's nodes end by `stopping`'s watchdog.
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ import shutil
 import signal
 import tempfile
 import time
+import types
 from pathlib import Path
 
 from oat_dppo.stopping import RUN_MARKER_ENV, StopSignals, end_children_with_this_process, say
@@ -44,32 +41,16 @@ def learner_label(group_rank: int, index: int) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-class _LaunchpadWithoutStop:
-    """launchpad as `oat.learners.base` sees it, but `stop()` does nothing (everything else forwards)."""
-
-    def __init__(self, lp):
-        self._lp = lp
-
-    def __getattr__(self, name):
-        return getattr(self._lp, name)
-
-    @staticmethod
-    def stop() -> None:
-        return None
-
-
 @contextlib.contextmanager
 def finish_without_stop():
-    """Inside, in a learner launched by this module's launcher: Oat's `lp.stop()` at the end of
-    `LearnerBase.run` does nothing (the launcher ends the group when every learner reported). Under
-    any other launcher (Oat's own entry points) nothing changes."""
+    """Inside, in a learner launched by `Supervisor`: Oat's `lp.stop()` at the end of `LearnerBase.run`
+    does nothing. Under any other launcher (Oat's own entry points) nothing changes."""
     if not os.environ.get(FINISHED_DIR_ENV):
         yield
         return
     import oat.learners.base as base  # its only use of launchpad is `lp.stop()`
 
-    real = base.lp
-    base.lp = _LaunchpadWithoutStop(real)
+    real, base.lp = base.lp, types.SimpleNamespace(stop=lambda: None)
     try:
         yield
     finally:
