@@ -75,8 +75,8 @@ define test_in_venv
 	else $(PY) -m pytest $(1); fi
 endef
 
-# TRL 1.16.0 (the project's optional extra `peers`, read from pyproject.toml) for `python -m oat_dppo.bench
-# peers` and its loss test, with .venv's constraints so torch and transformers stay where they are. Never
+# TRL 1.16.0 (the project's optional extra `peers`, read from pyproject.toml) for `python -m
+# benchmarks peers` and its loss test, with .venv's constraints so torch and transformers stay where they are. Never
 # needed by `make run`.
 setup-peers: $(VENV)/.peers-installed
 
@@ -87,7 +87,7 @@ $(VENV)/.peers-installed: $(VENV)/.installed pyproject.toml
 	touch $@
 
 bench: setup
-	$(PY) -m oat_dppo.bench trust-region
+	$(PY) -m benchmarks trust-region
 
 # On one GPU, after setup-gpu (or the offline kit, ../shared/gpu/README.md). A window of 15 minutes:
 # `make gpu-results` takes the next unfinished work in a fixed order to a deadline (WINDOW_S seconds):
@@ -109,7 +109,7 @@ land-gpu: setup
 GPU_STUDIES = gpu_mismatch gpu_mismatch_math
 gpu-results-all:
 	$(PYTHON) -m pytest -m gpu -q
-	$(PYTHON) -m oat_dppo.bench gpu --out docs/benchmarks_gpu.md
+	$(PYTHON) -m benchmarks gpu --out docs/benchmarks_gpu.md
 	mkdir -p docs/results
 	for s in $(GPU_STUDIES); do \
 	  $(PYTHON) -m oat_dppo.study experiments/$$s.toml && \

@@ -9,11 +9,11 @@
 #               gpu_decisive_control (the float32 control); finished runs are committed to
 #               docs/results/<study>/, the rest stop at the deadline
 #   3. determinism  one seed, three runs (two --deterministic, one plain): where they part and the mode's
-#               cost (python -m oat_dppo.study.determinism, ~3 minutes, into docs/results/gpu_determinism/;
+#               cost (python -m benchmarks.determinism, ~3 minutes, into docs/results/gpu_determinism/;
 #               skipped once its determinism.json says complete). DETERMINISM_FIRST=1 runs it before step 1.
 #   4. studies  peers_gtn (the peers' pilot), as in 2
 #   5. speed    issue 39's comparison on the GPU: setup/speed_gpu_window.sh SECONDS, once it exists
-#   6. bench    `python -m oat_dppo.bench gpu`, one section at a time while BENCH_MIN_S seconds remain
+#   6. bench    `python -m benchmarks gpu`, one section at a time while BENCH_MIN_S seconds remain
 #
 #   usage: setup/gpu_window.sh [SECONDS] [PARALLEL]     (defaults: 420 s, 6 runs at once)
 #          DRY_RUN=1 setup/gpu_window.sh                prints the order and each study's runs left; runs nothing
@@ -120,8 +120,8 @@ determinism() {
   if [ "$budget" -lt "$DETERMINISM_MIN_S" ]; then say "determinism: skipped (${budget} s left)"; return; fi
   [ "$budget" -gt "$DETERMINISM_S" ] && budget=$DETERMINISM_S
   if [ "$DRY" = 1 ]; then say "determinism: would run 3 runs of one seed for up to ${budget} s"; return; fi
-  say "determinism: python -m oat_dppo.study.determinism --budget-s $budget"
-  timeout -s INT -k 60 $(( budget + 60 )) "$PY" -m oat_dppo.study.determinism --budget-s "$budget" \
+  say "determinism: python -m benchmarks.determinism --budget-s $budget"
+  timeout -s INT -k 60 $(( budget + 60 )) "$PY" -m benchmarks.determinism --budget-s "$budget" \
     --out "$DETERMINISM_OUT" --runs-dir runs/determinism > "$W/determinism.log" 2>&1
   say "determinism: exit $?"
   mkdir -p "$W/determinism" && cp runs/determinism/*.log "$W/determinism/" 2>/dev/null  # the runs' own logs
@@ -134,7 +134,7 @@ bench() {
     if [ "$budget" -lt "$BENCH_MIN_S" ]; then say "bench gpu --sections $section: skipped (${budget} s left)"; continue; fi
     if [ "$DRY" = 1 ]; then say "bench gpu --sections $section: would run for up to ${budget} s"; continue; fi
     say "bench gpu --sections $section"
-    timeout -s INT -k 30 "$budget" "$PY" -m oat_dppo.bench gpu --sections "$section" --out "$W/bench_gpu_$section.md" \
+    timeout -s INT -k 30 "$budget" "$PY" -m benchmarks gpu --sections "$section" --out "$W/bench_gpu_$section.md" \
       > "$W/bench_gpu_$section.log" 2>&1
     say "bench gpu --sections $section: exit $?"
   done

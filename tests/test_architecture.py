@@ -67,3 +67,10 @@ def test_the_study_runner_is_python_3_10_code():
         ast.parse(path.read_text(), feature_version=(3, 10))
     spec = (PACKAGE / "study" / "spec.py").read_text()
     assert "import tomli as tomllib" in spec and "except ModuleNotFoundError" in spec
+
+
+def test_the_runtime_package_imports_no_benchmark():
+    """benchmarks/ (benchmarks, scripted bounds, the lab, the determinism study) sits beside the package and
+    measures through the hooks it offers: nothing a run imports may depend on it."""
+    for file, names in imported_modules(PACKAGE).items():
+        assert not [n for n in names if n and n.split(".")[0] == "benchmarks"], file

@@ -1,4 +1,4 @@
-"""`python -m oat_dppo.bench gpu`'s plumbing on CPU: every section runs end to end with the vLLM
+"""`python -m benchmarks gpu`'s plumbing on CPU: every section runs end to end with the vLLM
 stand-in (tests/helpers/fake_vllm.py) and a tiny model, and the tables come out. The numbers mean
 nothing here; on the GPU machine the same code measures the real engine (docs/benchmarks_gpu.md)."""
 
@@ -11,7 +11,7 @@ vllm = pytest.importorskip("vllm", reason="vLLM is not installed here (no AVX2, 
 from helpers.fake_vllm import StandInLLM  # noqa: E402
 
 import oat_dppo.engine.vllm as V  # noqa: E402
-from oat_dppo.bench import gpu  # noqa: E402
+from benchmarks import gpu  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

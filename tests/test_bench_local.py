@@ -1,4 +1,4 @@
-"""Smoke test of the local-backend benchmark (`python -m oat_dppo.bench local`): tiny model, seconds."""
+"""Smoke test of the local-backend benchmark (`python -m benchmarks local`): tiny model, seconds."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 
 import oat_dppo.learner.learner as learner_mod
 import oat_dppo.learner.step as step_mod
-from oat_dppo.bench import __main__ as bench_main
-from oat_dppo.bench import local
+from benchmarks import __main__ as bench_main
+from benchmarks import local
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_local_benchmark_numbers_and_table(keep_threads):
 
 
 def test_local_benchmark_is_registered_and_checks_models(capsys):
-    assert bench_main.BENCHMARKS["local"][0] == "oat_dppo.bench.local"
+    assert bench_main.BENCHMARKS["local"][0] == "benchmarks.local"
     assert local.main(["--model", "gpt-9"]) == 2
     assert "error: --model 'gpt-9': expected one of" in capsys.readouterr().err
     assert local.Config(model="both").models() == ["tiny-qwen3", "smollm2"]
@@ -75,7 +75,7 @@ def test_every_benchmark_explains_each_option_in_help(name, capsys):
         module.main(["--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"usage: python -m oat_dppo.bench {name} ")
+    assert out.startswith(f"usage: python -m benchmarks {name} ")
     flat = " ".join(out.replace("│", " ").split())  # the help box wraps lines
     for f in dataclasses.fields(module.Config):
         assert f"--{f.name.replace('_', '-')}" in flat
@@ -86,7 +86,7 @@ def test_every_benchmark_explains_each_option_in_help(name, capsys):
 
 def test_head_benchmark_measures_the_chunked_head_against_one_block(keep_threads, capsys):
     """`bench head`: one-block baseline always first; checkpointed blocks allocate smaller tensors."""
-    from oat_dppo.bench import head
+    from benchmarks import head
 
     cfg = head.Config(vocab=2048, hidden=32, tokens=128, sequences=2, prompt=8, chunks="32", reps=1, warmup=0)
     rows = head.run(cfg)
@@ -98,7 +98,7 @@ def test_head_benchmark_measures_the_chunked_head_against_one_block(keep_threads
     assert chunked["peak"] is None or chunked["peak"] > 0
     table = head.format_table(rows, cfg, 128)
     assert "| one block (0) |" in table and "| 32 |" in table and "<= 1.35" in table
-    assert bench_main.BENCHMARKS["head"][0] == "oat_dppo.bench.head"
+    assert bench_main.BENCHMARKS["head"][0] == "benchmarks.head"
     for bad in ("a,b", "-5", ""):
         assert head.main(["--chunks", bad]) == 2
         assert "error: --chunks" in capsys.readouterr().err
@@ -119,7 +119,7 @@ def _vanish(x):
 
 
 def test_in_fresh_process_returns_the_result_or_raises_when_the_child_dies(capfd):
-    from oat_dppo.bench.memory import in_fresh_process
+    from benchmarks.memory import in_fresh_process
 
     assert in_fresh_process(_double, 21) == 42
     with pytest.raises(RuntimeError, match=r"_fail died in its child process \(exit code 1"):
@@ -130,8 +130,8 @@ def test_in_fresh_process_returns_the_result_or_raises_when_the_child_dies(capfd
 
 
 def test_packing_benchmark_runs_and_packs_chat_episodes(capsys):
-    """`python -m oat_dppo.bench packing` on a tiny model: a packed layout with fewer rows and fewer tokens."""
-    from oat_dppo.bench import packing
+    """`python -m benchmarks packing` on a tiny model: a packed layout with fewer rows and fewer tokens."""
+    from benchmarks import packing
 
     assert packing.main(["--model", "tiny-qwen3", "--envs", "smoke:digits", "--episodes", "2", "--reps", "1",
                          "--trainable-layers", "0", "--max-new-tokens", "4", "--response-prefix", ""]) == 0

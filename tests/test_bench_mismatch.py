@@ -1,11 +1,11 @@
-"""`python -m oat_dppo.bench mismatch` on CPU: HF rows with a tiny model (a bf16 copy against the float32
+"""`python -m benchmarks mismatch` on CPU: HF rows with a tiny model (a bf16 copy against the float32
 learner, and the learner sampling itself), the table, and one error line for a bad row."""
 
 from __future__ import annotations
 
 import pytest
 
-from oat_dppo.bench import mismatch
+from benchmarks import mismatch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""`python -m oat_dppo.bench peers`: its refusals, Oat's metrics read per round, and the tables it prints
+"""`python -m benchmarks peers`: its refusals, Oat's metrics read per round, and the tables it prints
 from per-step results (no model runs here; the benchmark itself is docs/benchmarks_peers.md)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from oat_dppo.bench import peers
+from benchmarks import peers
 
 
 def test_an_unknown_side_is_one_line_naming_the_sides(capsys):
@@ -78,7 +78,7 @@ def test_stock_oat_rounds_use_its_actors_names_and_the_given_prompt_length():
 def test_the_stock_program_gets_the_adapters_oat_settings_and_its_own_data(tmp_path):
     import dataclasses
 
-    from oat_dppo.bench import oat_stock
+    from benchmarks import oat_stock
 
     @dataclasses.dataclass
     class Adapter:  # stands for DPPOArgs: Oat's fields as resolved for the job, and one of the project's

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from oat_dppo.bench import trust_region as bench
+from benchmarks import trust_region as bench
 from oat_dppo.trust_region import available
 
 

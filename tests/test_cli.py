@@ -20,11 +20,11 @@ ENTRY_POINTS = [
     ("oat_dppo.main", []),
     ("oat_dppo.study", []),
     ("oat_dppo.plot", []),
-    ("oat_dppo.lab", []),
+    ("benchmarks.lab", []),
     ("oat_dppo.envs", []),
     ("oat_dppo.export", []),
-    ("oat_dppo.bench", []),
-    *[("oat_dppo.bench", [name]) for name in ("trust-region", "engine", "local", "oat", "head", "gpu", "peers")],
+    ("benchmarks", []),
+    *[("benchmarks", [name]) for name in ("trust-region", "engine", "local", "oat", "head", "gpu", "peers")],
 ]
 
 
@@ -44,7 +44,7 @@ def test_help_names_the_command_and_a_bad_option_exits_2(module, sub):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-2000:]
 
 
-@pytest.mark.parametrize("module, sub", [("oat_dppo.main", []), ("oat_dppo.bench", [])], ids=["tyro", "bench list"])
+@pytest.mark.parametrize("module, sub", [("oat_dppo.main", []), ("benchmarks", [])], ids=["tyro", "bench list"])
 def test_help_into_a_closed_pipe_ends_quietly(module, sub):
     """`--help | head -1`: the reader is gone before the text is written; no BrokenPipeError
     traceback, status 0. A pipe whose read end is already closed makes the race certain."""
@@ -68,11 +68,11 @@ def _option_helps(config: type) -> dict[str, str]:
 
 
 def _configs():
-    from oat_dppo.bench import engine, gpu, head, local, oat, peers, trust_region
+    from benchmarks import engine, gpu, head, local, oat, peers, trust_region
     from oat_dppo.config import TrainConfig
     from oat_dppo.envs.__main__ import EnvsArgs
     from oat_dppo.export import ExportConfig
-    from oat_dppo.lab.__main__ import LabArgs
+    from benchmarks.lab.__main__ import LabArgs
     from oat_dppo.plot.cli import PlotArgs
     from oat_dppo.study.cli import StudyArgs
 
@@ -87,7 +87,7 @@ def test_every_option_has_help_text(config):
 
 
 def test_bench_help_opens_with_a_sentence_that_says_what_the_command_does(capsys):
-    from oat_dppo.bench.__main__ import main as bench_main
+    from benchmarks.__main__ import main as bench_main
 
     assert bench_main(["--help"]) == 0
     description = capsys.readouterr().out.split("\n\n")[1]  # after the usage line

@@ -17,7 +17,7 @@ import torch
 
 from oat_dppo.agent import PromptFormat
 from oat_dppo.backends.local import LocalTrainer, build_engine, resolve_engine_dtype
-from oat_dppo.bench.mismatch import measure_mismatch, sample_prompts
+from benchmarks.mismatch import measure_mismatch, sample_prompts
 from oat_dppo.config import TrainConfig, from_dict
 from oat_dppo.engine.hf import HFEngine
 from oat_dppo.main import main, parse

@@ -49,7 +49,7 @@ def engine(learner):
 
 
 def _mismatch(engine, learner, seed: int, topk: int = 20) -> dict:
-    from oat_dppo.bench.mismatch import measure_mismatch, sample_prompts
+    from benchmarks.mismatch import measure_mismatch, sample_prompts
 
     model, tok = learner
     prompts = sample_prompts(tok, 64)

@@ -1,4 +1,4 @@
-"""The trust-region lab (oat_dppo.lab): the simulator runs with every strategy, really injects the
+"""The trust-region lab (benchmarks.lab): the simulator runs with every strategy, really injects the
 training-inference mismatch, learns, and its CLI writes plots. Seconds, CPU."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
-from oat_dppo.lab.__main__ import main
-from oat_dppo.lab.config import SimConfig
-from oat_dppo.lab.experiments import EXPERIMENTS
-from oat_dppo.lab.mismatch import InferenceEngine, round_mantissa
-from oat_dppo.lab.policy import TinyLM
-from oat_dppo.lab.task import HiddenAnswerTask
-from oat_dppo.lab.trainer import run_simulation
+from benchmarks.lab.__main__ import main
+from benchmarks.lab.config import SimConfig
+from benchmarks.lab.experiments import EXPERIMENTS
+from benchmarks.lab.mismatch import InferenceEngine, round_mantissa
+from benchmarks.lab.policy import TinyLM
+from benchmarks.lab.task import HiddenAnswerTask
+from benchmarks.lab.trainer import run_simulation
 
 TINY = SimConfig(vocab=256, seq_len=4, n_problems=4, prompts_per_batch=2, group_size=4, iterations=3, minibatch=False)
 

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("launchpad", reason="Oat's stack is .venv-oat (`make setup-oat`)")
 pytest.importorskip("oat.interface")
 
-from oat_dppo.bench import peers  # noqa: E402
+from benchmarks import peers  # noqa: E402
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

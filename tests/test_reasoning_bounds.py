@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from oat_dppo.envs.reasoning_bounds import POLICIES, acre_trials, arc_rows, blicket_reader, main, play
+from benchmarks.reasoning_bounds import POLICIES, acre_trials, arc_rows, blicket_reader, main, play
 
 QUESTION = """Previous experimental results:
 gray metal cube → on

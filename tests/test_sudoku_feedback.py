@@ -15,7 +15,7 @@ from oat_dppo.agent.reply_effect import Case, reply_effect
 from oat_dppo.agent.types import Episode, Turn
 from oat_dppo.envs import make_env
 from oat_dppo_envs.games import SUDOKU
-from oat_dppo.envs.sudoku_bounds import POLICIES, board_from_observation, play
+from benchmarks.sudoku_bounds import POLICIES, board_from_observation, play
 
 ENV = "game:Sudoku-v0-easy"
 

@@ -24,7 +24,7 @@ import torch
 from helpers.child import child_env
 
 from oat_dppo.agent import PromptFormat
-from oat_dppo.bench.mismatch import measure_mismatch, sample_prompts
+from benchmarks.mismatch import measure_mismatch, sample_prompts
 from oat_dppo.engine import vllm as V
 from oat_dppo.engine.base import stop_token_ids
 from oat_dppo.engine.hf import HFEngine

@@ -1,7 +1,7 @@
 """What scripted policies score on GEM's Sudoku: the bounds a trained policy is read against.
 
-    python -m oat_dppo.envs.sudoku_bounds --boards 400            # game:Sudoku-v0-easy
-    python -m oat_dppo.envs.sudoku_bounds --env game:Sudoku-v0-hard --boards 50
+    python -m benchmarks.sudoku_bounds --boards 400            # game:Sudoku-v0-easy
+    python -m benchmarks.sudoku_bounds --env game:Sudoku-v0-hard --boards 50
 
 Each policy sees what the model sees, the observation text (the board and the newest reply), and
 answers one well-formed move a turn, through the project's `make_env` (the same adapter, seeds and
@@ -155,7 +155,7 @@ def play(env_id: str, policy: Sudoku, boards: int, seed: int = 0, for_eval: bool
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m oat_dppo.envs.sudoku_bounds", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sudoku_bounds", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="game:Sudoku-v0-easy", help="a GEM Sudoku id")
     parser.add_argument("--boards", type=int, default=400, help="boards per policy (held-out boards of seed 0)")

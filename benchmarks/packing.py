@@ -1,6 +1,6 @@
 """Benchmark: one learner row per episode (`history=chat`) against one row per turn.
 
-    python -m oat_dppo.bench packing [--envs game:GuessTheNumber-v0-easy,game:Sudoku-v0-easy] [--episodes 8]
+    python -m benchmarks packing [--envs game:GuessTheNumber-v0-easy,game:Sudoku-v0-easy] [--episodes 8]
 
 Per environment: SmolLM2 plays `episodes` episodes with chat history through the HF engine (its own sampled
 ids, so every turn's prompt extends the turn before), then the local learner takes the same update on those
@@ -79,7 +79,7 @@ def measure(cfg: Config, env_id: str, model, tok) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    cfg = parse(Config, argv, prog="python -m oat_dppo.bench packing", description=__doc__)
+    cfg = parse(Config, argv, prog="python -m benchmarks packing", description=__doc__)
     torch.set_num_threads(cfg.threads)
     from oat_dppo.models import freeze_all_but_top_layers, load_policy
 

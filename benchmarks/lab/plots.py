@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from oat_dppo.lab.experiments import Experiment  # noqa: E402
+from benchmarks.lab.experiments import Experiment  # noqa: E402
 
 
 def _matrix(runs: list[list[dict]], metric: str, smooth: int) -> np.ndarray:

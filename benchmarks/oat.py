@@ -1,6 +1,6 @@
 """Benchmark: Oat's program on a CPU, beside the local backend on the same job.
 
-    python -m oat_dppo.bench oat [--model smollm2] [--env game:GuessTheNumber-v0-easy] [--iterations 6]
+    python -m benchmarks oat [--model smollm2] [--env game:GuessTheNumber-v0-easy] [--iterations 6]
         [--warmup 1] [--episodes 16] [--group-size 4] [--max-new-tokens 6] [--dtype float32]
 
 Runs the job three ways, one after another, each as its own command (what a user runs):
@@ -38,7 +38,7 @@ from pathlib import Path
 from oat_dppo.cli import opt, parse
 from oat_dppo.provenance import machine, machine_label
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -113,7 +113,7 @@ def local_row(rows: list[dict], warmup: int) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    cfg = parse(Config, argv, prog="python -m oat_dppo.bench oat", description=__doc__)
+    cfg = parse(Config, argv, prog="python -m benchmarks oat", description=__doc__)
     job = _job(cfg)
     runs = [("oat", "oat (1 actor + 1 learner, launchpad)", sys.executable,
              ["--backend", "oat", "--gpus", "2", "--check-sync", "off", "--train-batch-size", str(cfg.episodes),

@@ -1,6 +1,6 @@
 r"""Oat 0.2.4's own PPO program on `bench peers`' job: `oat.experiment.run_math_rl`, as Oat ships it.
 
-    .venv-oat/bin/python -m oat_dppo.bench.oat_stock JOB.json      # written by `bench peers --sides oat-stock`
+    .venv-oat/bin/python -m benchmarks.oat_stock JOB.json      # written by `bench peers --sides oat-stock`
 
 What runs is Oat's script itself, executed as `__main__` (its learner and actor read the script's global
 `args`, so it runs no other way), with its own `ZeroMathLearner` (Oat's `PPOLearner`) and `ZeroMathActor`
@@ -37,7 +37,7 @@ from pathlib import Path
 NODE_FLAG = "OAT_DPPO_STOCK_NODE"  # set for the program's processes: `sitecustomize` prepares them
 SITECUSTOMIZE = f"""import os
 if os.environ.get({NODE_FLAG!r}):
-    from oat_dppo.bench.oat_stock import prepare_node
+    from benchmarks.oat_stock import prepare_node
     prepare_node()
 """
 
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
     site = save / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    repo = str(Path(__file__).resolve().parents[2])
+    repo = str(Path(__file__).resolve().parents[1])
     os.environ.update(cpu_environment(args), **{NODE_FLAG: "1"})
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), repo, os.environ.get("PYTHONPATH")) if p)
     prepare_node()

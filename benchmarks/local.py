@@ -1,6 +1,6 @@
 """Benchmark: the local backend end to end (HF `generate` rollout + learner update) on real GEM envs.
 
-    python -m oat_dppo.bench local [--model tiny-qwen3|smollm2|both] [--env ID[,ID...]] [--episodes 16]
+    python -m benchmarks local [--model tiny-qwen3|smollm2|both] [--env ID[,ID...]] [--episodes 16]
         [--iterations 3] [--warmup 1] [--max-new-tokens 64] [--response-prefix '\\boxed{']
         [--compare-turns 16] [--reps 3] [--threads 1]
 
@@ -402,7 +402,7 @@ def format_table(rows: list[dict], cfg: Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse(Config, argv, prog="python -m oat_dppo.bench local", description=__doc__)
+    cfg = parse(Config, argv, prog="python -m benchmarks local", description=__doc__)
     for m in cfg.models():
         if m not in MODELS:
             return fail(f"--model {m!r}: expected one of {', '.join(MODELS)} or both")

@@ -5,10 +5,10 @@ same policy with reduced-precision rounding (the training-inference mismatch), a
 answer and a sequence-level reward, and a GRPO-style trainer that plugs in any trust region from
 `oat_dppo.trust_region` through its public API. See docs/lab.md.
 
-    python -m oat_dppo.lab fig3 --seeds 3
+    python -m benchmarks.lab fig3 --seeds 3
 """
 
-from oat_dppo.lab.config import SimConfig
-from oat_dppo.lab.trainer import run_simulation
+from benchmarks.lab.config import SimConfig
+from benchmarks.lab.trainer import run_simulation
 
 __all__ = ["EXPERIMENTS", "SimConfig", "StrategySpec", "run_simulation"]

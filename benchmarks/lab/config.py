@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, replace
 
 @dataclass(frozen=True)
 class SimConfig:
-    # policy (oat_dppo.lab.policy)
+    # policy (benchmarks.lab.policy)
     vocab: int = 2048  # V: long-tailed vocabulary
     seq_len: int = 16  # T: response tokens per rollout
     n_problems: int = 64  # the training set: prompts, each with one hidden answer
@@ -15,13 +15,13 @@ class SimConfig:
     hidden_dim: int = 128
     zipf_exponent: float = 1.1  # base logits -s*log(rank): the long tail every state shares
     state_logit_scale: float = 2.0  # std of the state-dependent part of the initial logits
-    # task (oat_dppo.lab.task)
+    # task (benchmarks.lab.task)
     max_target_rank: int = 64  # answer tokens are the initial policy's rank-k token, k log-uniform in [1, this]
-    # mismatch (oat_dppo.lab.mismatch)
+    # mismatch (benchmarks.lab.mismatch)
     mismatch: str = "round"  # "round": engine rounds weights/activations/logits; "noise": adds logit noise; "none"
     mantissa_bits: int = 8  # significant bits kept by "round" (8 = bfloat16)
     noise_std: float = 0.05  # std of the logit noise of "noise"
-    # trainer (oat_dppo.lab.trainer)
+    # trainer (benchmarks.lab.trainer)
     iterations: int = 150
     prompts_per_batch: int = 8  # paper: 64
     group_size: int = 8  # G rollouts per prompt (paper: 8)

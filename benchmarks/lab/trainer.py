@@ -9,10 +9,10 @@ from typing import Any, Callable
 
 import torch
 
-from oat_dppo.lab.config import SimConfig
-from oat_dppo.lab.mismatch import InferenceEngine
-from oat_dppo.lab.policy import TinyLM
-from oat_dppo.lab.task import HiddenAnswerTask
+from benchmarks.lab.config import SimConfig
+from benchmarks.lab.mismatch import InferenceEngine
+from benchmarks.lab.policy import TinyLM
+from benchmarks.lab.task import HiddenAnswerTask
 from oat_dppo.trust_region import TrustRegionInputs, aggregate, make_trust_region
 
 # Trust-region metrics averaged over the gradient steps of an iteration (NaN-aware).

@@ -1,4 +1,4 @@
-"""`python -m oat_dppo.lab FIGURE [--seeds N] [--iterations N] [--out DIR] [--quick]`: the trust-region lab."""
+"""`python -m benchmarks.lab FIGURE [--seeds N] [--iterations N] [--out DIR] [--quick]`: the trust-region lab."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import tyro
 
 from oat_dppo.cli import fail, opt, parse
 from oat_dppo.config import parse_param_value
-from oat_dppo.lab.experiments import CONTROLS, EXPERIMENTS, FIGURES, PEER_EXPERIMENTS
-from oat_dppo.lab.plots import plot_experiment
-from oat_dppo.lab.runner import run_experiment, summarize
+from benchmarks.lab.experiments import CONTROLS, EXPERIMENTS, FIGURES, PEER_EXPERIMENTS
+from benchmarks.lab.plots import plot_experiment
+from benchmarks.lab.runner import run_experiment, summarize
 
 QUICK = dict(vocab=256, n_problems=4, seq_len=4, prompts_per_batch=2, group_size=4, iterations=4)
 
@@ -42,11 +42,11 @@ class LabArgs:
                              "unless --seeds is given (for tests, not for conclusions)")
     set: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = opt(
         (), "override a SimConfig field for every experiment, e.g. --set lr=3e-3 --set mantissa_bits=6 (fields: see "
-            "oat_dppo/lab/config.py)")
+            "benchmarks/lab/config.py)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(LabArgs, argv, prog="python -m oat_dppo.lab", description=" ".join(LabArgs.__doc__.split()))
+    args = parse(LabArgs, argv, prog="python -m benchmarks.lab", description=" ".join(LabArgs.__doc__.split()))
     seeds = args.seeds if args.seeds is not None else (1 if args.quick else 3)
     overrides = {}
     for item in args.set:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from oat_dppo.lab.config import SimConfig
+from benchmarks.lab.config import SimConfig
 
 # The regime every figure uses (docs/lab.md explains each choice). lr 1e-2 is the "stress" learning
 # rate at which the unconstrained baselines break down in this simulator; at 1e-3 nothing collapses.

@@ -1,8 +1,8 @@
 """What scripted policies score on GEM's reasoning-gym Arc1D and ACRE: the bounds a trained policy is
 read against, measured before any training (as `sudoku_bounds` does for Sudoku).
 
-    python -m oat_dppo.envs.reasoning_bounds --env rg:acre --episodes 400
-    python -m oat_dppo.envs.reasoning_bounds --env rg:arc_1d --episodes 400
+    python -m benchmarks.reasoning_bounds --env rg:acre --episodes 400
+    python -m benchmarks.reasoning_bounds --env rg:arc_1d --episodes 400
 
 Both are single-turn: one question, one `\\boxed{...}` answer, scored by reasoning-gym: on ACRE 1 for
 the label exactly, len(label) / len(answer) for a longer answer that contains it, else 0; on Arc1D its
@@ -125,7 +125,7 @@ def play(env_id: str, policy: Policy, episodes: int, seed: int = 0) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m oat_dppo.envs.reasoning_bounds", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.reasoning_bounds", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="rg:acre", choices=ENVS, help="the reasoning-gym env")
     parser.add_argument("--episodes", type=int, default=400, help="held-out questions per policy (seed 0)")

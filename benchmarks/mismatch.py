@@ -1,8 +1,8 @@
 """The training-inference mismatch on the same sampled tokens: mu (what an engine recorded) against
 the learner's pi (a teacher-forced forward of the learner's model over the same prompt + response).
 
-    python -m oat_dppo.bench mismatch                       # every row this machine can run, SmolLM2
-    python -m oat_dppo.bench mismatch --rows hf:bfloat16:float32 --prompts 16
+    python -m benchmarks mismatch                       # every row this machine can run, SmolLM2
+    python -m benchmarks mismatch --rows hf:bfloat16:float32 --prompts 16
 
 A row `ENGINE:ENGINE_DTYPE:LEARNER_DTYPE` samples with ENGINE (hf: transformers generate on a copy of
 the policy in ENGINE_DTYPE, as `--engine hf --engine-dtype`; vllm: a colocated vLLM, GPU only) and
@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import torch
 
 from oat_dppo.agent.types import Turn
-from oat_dppo.bench.memory import in_fresh_process
+from benchmarks.memory import in_fresh_process
 from oat_dppo.cli import fail, opt, parse
 from oat_dppo.engine import vllm as vllm_engine
 from oat_dppo.engine.base import Generation, pad_token_id, stop_token_ids
@@ -119,7 +119,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 @dataclass
 class Config:
-    """python -m oat_dppo.bench mismatch: |pi - mu| on the same sampled tokens, engine by engine."""
+    """python -m benchmarks mismatch: |pi - mu| on the same sampled tokens, engine by engine."""
 
     model: str = opt("smollm2", "Policy (any `--model` of the main job).")
     rows: tuple[str, ...] = opt((), "Rows ENGINE:ENGINE_DTYPE:LEARNER_DTYPE (default: the vLLM rows where vLLM runs, "
@@ -232,7 +232,7 @@ def device_name(device: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse(Config, argv, prog="python -m oat_dppo.bench mismatch", description=__doc__)
+    cfg = parse(Config, argv, prog="python -m benchmarks mismatch", description=__doc__)
     for row in cfg.rows:
         if problem := check_row(row):
             return fail(f"--rows {problem}")
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(cfg.threads)
     results = run(cfg, progress=lambda s: print(s, file=sys.stderr, flush=True))
     text = "\n".join([f"Device: **{device_name(cfg.resolved_device())}** ({cfg.resolved_device()}); torch "
-                      f"{torch.__version__}; model {cfg.model}; `python -m oat_dppo.bench mismatch`.", "",
+                      f"{torch.__version__}; model {cfg.model}; `python -m benchmarks mismatch`.", "",
                       *format_table(results, cfg)])
     print(text, flush=True)
     if cfg.out:

@@ -17,8 +17,8 @@ import math
 import torch
 from torch import Tensor
 
-from oat_dppo.lab.config import SimConfig
-from oat_dppo.lab.policy import TinyLM
+from benchmarks.lab.config import SimConfig
+from benchmarks.lab.policy import TinyLM
 
 
 class HiddenAnswerTask:

@@ -1,7 +1,7 @@
 """The single-GPU path measured: rollout, weight sync, learner, and the training-inference mismatch.
 
-    python -m oat_dppo.bench gpu                               # SmolLM2, prints Markdown tables
-    python -m oat_dppo.bench gpu --out docs/benchmarks_gpu.md  # and writes them, device named
+    python -m benchmarks gpu                               # SmolLM2, prints Markdown tables
+    python -m benchmarks gpu --out docs/benchmarks_gpu.md  # and writes them, device named
 
 1. Rollout tokens/s at each `--prompts` x `--new-tokens`: the colocated vLLM engine (`--engine
    vllm`: requests built, mu and the top-K extracted into arrays), bare `vllm.LLM.generate` on the
@@ -38,10 +38,10 @@ from typing import Any, Callable
 import torch
 
 from oat_dppo.backends.local import LocalTrainer
-from oat_dppo.bench import mismatch
-from oat_dppo.bench.local import capture_update, compare_learner
-from oat_dppo.bench.memory import in_fresh_process
-from oat_dppo.bench.mismatch import colocated_vllm, device_name, sample_prompts
+from benchmarks import mismatch
+from benchmarks.local import capture_update, compare_learner
+from benchmarks.memory import in_fresh_process
+from benchmarks.mismatch import colocated_vllm, device_name, sample_prompts
 from oat_dppo.cli import fail, parse
 from oat_dppo.config import TrainConfig
 from oat_dppo.engine import vllm as vllm_engine
@@ -57,7 +57,7 @@ TARGET_LEARNER_VS_BARE = 0.9
 
 @dataclass
 class Config:
-    """python -m oat_dppo.bench gpu: rollout, weight sync, learner and mismatch on one GPU."""
+    """python -m benchmarks gpu: rollout, weight sync, learner and mismatch on one GPU."""
 
     model: str = "smollm2"
     """Policy (any `--model` of the main job)."""
@@ -322,13 +322,13 @@ def format_tables(results: dict, cfg: Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse(Config, argv, prog="python -m oat_dppo.bench gpu", description=__doc__)
+    cfg = parse(Config, argv, prog="python -m benchmarks gpu", description=__doc__)
     bad = [s for s in cfg.sections if s not in ("rollout", "learner", "mismatch")]
     if bad:
         return fail(f"--sections {' '.join(bad)}: expected rollout, learner or mismatch")
     why = vllm_engine.vllm_unavailable()
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        why = ("a CUDA GPU, which this machine lacks (vLLM on a CPU: python -m oat_dppo.bench engine, "
+        why = ("a CUDA GPU, which this machine lacks (vLLM on a CPU: python -m benchmarks engine, "
                "bench mismatch, bench local --engine vllm)")
     if why:
         return fail(f"bench gpu needs {why}")

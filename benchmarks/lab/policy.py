@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from oat_dppo.lab.config import SimConfig
+from benchmarks.lab.config import SimConfig
 
 Rounder = Callable[[Tensor], Tensor]
 

@@ -1,8 +1,8 @@
 """Rollout throughput of the engines: new tokens per second for one batched call.
 
-    python -m oat_dppo.bench engine                          # tiny-qwen3 and smollm2, bs 8, 32 new tokens
-    python -m oat_dppo.bench engine --models smollm2 --batch 16 64 --engines hf vllm:bfloat16 vllm:float32
-    python -m oat_dppo.bench engine --models tiny-qwen3 --batch 32 --topk 20
+    python -m benchmarks engine                          # tiny-qwen3 and smollm2, bs 8, 32 new tokens
+    python -m benchmarks engine --models smollm2 --batch 16 64 --engines hf vllm:bfloat16 vllm:float32
+    python -m benchmarks engine --models tiny-qwen3 --batch 32 --topk 20
 
 An engine is `hf` (transformers generate on the float32 learner, what `--engine hf` samples with) or
 `vllm:DTYPE` (a colocated vLLM in DTYPE, as `--engine vllm --engine-dtype DTYPE`; rows run where vLLM
@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from oat_dppo.bench.memory import in_fresh_process
+from benchmarks.memory import in_fresh_process
 from oat_dppo.cli import fail, opt, parse
 from oat_dppo.engine.hf import HFEngine
 from oat_dppo.models import load_policy
@@ -100,7 +100,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse(Config, argv, prog="python -m oat_dppo.bench engine", description=__doc__)
+    cfg = parse(Config, argv, prog="python -m benchmarks engine", description=__doc__)
     engines = cfg.engines or default_engines()
     bad = [e for e in engines if e not in ENGINE_SPECS]
     if bad:

@@ -11,9 +11,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from oat_dppo.lab.config import SimConfig
-from oat_dppo.lab.experiments import Experiment, StrategySpec
-from oat_dppo.lab.trainer import run_simulation
+from benchmarks.lab.config import SimConfig
+from benchmarks.lab.experiments import Experiment, StrategySpec
+from benchmarks.lab.trainer import run_simulation
 
 
 def run_key(spec: StrategySpec, cfg: SimConfig, seed: int) -> str:

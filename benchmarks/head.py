@@ -1,6 +1,6 @@
 """Benchmark: the learner's LM head in one block vs in checkpointed blocks (`--logits-chunk-tokens`).
 
-    python -m oat_dppo.bench head [--vocab 49152] [--hidden 576] [--tokens 2048] [--chunks 0,256,1024]
+    python -m benchmarks head [--vocab 49152] [--hidden 576] [--tokens 2048] [--chunks 0,256,1024]
 
 One training forward + backward of `trust_region_loss` (dppo_binary_tv) on a batch whose response
 tokens dominate, with a one-layer Qwen3 of the given vocabulary and hidden size (defaults: SmolLM2's),
@@ -25,7 +25,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from oat_dppo.agent import Turn
-from oat_dppo.bench.memory import AllocationTracker, in_fresh_process, peak_rss_delta
+from benchmarks.memory import AllocationTracker, in_fresh_process, peak_rss_delta
 from oat_dppo.cli import fail, opt, parse
 from oat_dppo.learner import collate, trust_region_loss
 from oat_dppo.trust_region import make_trust_region
@@ -161,7 +161,7 @@ def format_table(rows: list[dict], cfg: Config, n_tokens: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse(Config, argv, prog="python -m oat_dppo.bench head", description=__doc__)
+    cfg = parse(Config, argv, prog="python -m benchmarks head", description=__doc__)
     try:
         parse_chunks(cfg.chunks)  # bad input fails before any work
     except ValueError as e:

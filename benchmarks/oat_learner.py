@@ -1,6 +1,6 @@
 """Benchmark: one Oat learning step, stock `PPOLearner` vs the Oat backend's `DPPOLearner`.
 
-    python -m oat_dppo.bench oat-learner [--batch 16] [--mb 2] [--words 40] [--hidden 256] [--layers 4]
+    python -m benchmarks oat-learner [--batch 16] [--mb 2] [--words 40] [--hidden 256] [--layers 4]
         [--vocab 0] [--topk 20] [--reps 7] [--warmup 2] [--threads 1]
 
 Same CPU batch (Oat's own `TransitionDataset` collate of real `TransitionData`), same tiny Qwen3,
@@ -16,7 +16,7 @@ where missing):
 * dppo_topk_kl:   this learner, top-K KL with K = --topk (mu's top-K from the batch, pi gathered)
 
 Timing: the fastest of `reps` interleaved repetitions (round-robin, so load drifts hit every
-variant alike), one intra-op thread by default (see `bench/trust_region.py`: on a shared 2-core
+variant alike), one intra-op thread by default (see `benchmarks/trust_region.py`: on a shared 2-core
 machine a waiting OpenMP thread stalls each op). Ratios use the process's CPU time, which does not
 count the time the process waits for a core that another job holds (wall time is shown too). The
 machine load is printed with the table; only ratios measured in one run compare. Targets: dppo_binary_tv <= 0.8 x stock, top-K <= 1.15 x binary.
@@ -60,7 +60,7 @@ class Config:
 
 def _harness():
     """The CPU harness lives with the tests (it fakes only vllm/launchpad, and only where missing)."""
-    tests = Path(__file__).resolve().parents[2] / "tests"
+    tests = Path(__file__).resolve().parents[1] / "tests"
     if not (tests / "oat_harness.py").exists():
         raise SystemExit("the Oat benchmark needs a source checkout (tests/oat_harness.py) and `make setup-oat`")
     if str(tests) not in sys.path:
@@ -176,6 +176,6 @@ def format_table(res: dict, cfg: Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse(Config, argv, prog="python -m oat_dppo.bench oat-learner", description=__doc__)
+    cfg = parse(Config, argv, prog="python -m benchmarks oat-learner", description=__doc__)
     print(format_table(run(cfg), cfg), flush=True)
     return 0

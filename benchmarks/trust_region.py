@@ -1,6 +1,6 @@
 """Benchmark: forward + backward of every trust-region strategy on one large batch.
 
-    python -m oat_dppo.bench trust-region [--batch 64] [--seq 4096] [--topk 20] [--reps 10] [--threads 1]
+    python -m benchmarks trust-region [--batch 64] [--seq 4096] [--topk 20] [--reps 10] [--threads 1]
                                           [--topk-other 1]
 
 Time and memory are reported as ratios to `pg_is` measured in the same run (the machine is shared and
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from oat_dppo.bench.memory import AllocationTracker, in_fresh_process, peak_rss_delta
+from benchmarks.memory import AllocationTracker, in_fresh_process, peak_rss_delta
 from oat_dppo.cli import opt, parse
 from oat_dppo.trust_region import TrustRegionInputs, aggregate, available, make_trust_region
 
@@ -153,6 +153,6 @@ def format_table(rows: list[dict], cfg: Config) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse(Config, argv, prog="python -m oat_dppo.bench trust-region", description=__doc__)
+    cfg = parse(Config, argv, prog="python -m benchmarks trust-region", description=__doc__)
     print(format_table(run(cfg), cfg), flush=True)
     return 0

