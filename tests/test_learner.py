@@ -14,6 +14,7 @@ from helpers.sharp_tails import issue_11_case
 from oat_dppo.agent import Turn
 from oat_dppo.engine.hf import HFEngine
 from oat_dppo.learner import Learner, LearnerConfig, TokenBatch, collate, policy_logprobs, trust_region_loss
+from oat_dppo.learner.timing import PIECES
 from oat_dppo.models import load_policy
 from oat_dppo.trust_region import make_trust_region
 
@@ -244,6 +245,28 @@ def test_behavior_anchored_strategies_never_recompute(policy, name, params, reco
     assert forwards.no_grad == (4 if recompute else 0)  # pi_old: one no-grad pass over the 4 turns
     assert metrics["optimizer_steps"] == 4
     assert (metrics["recompute_s"] > 0) == recompute
+
+
+def test_the_timing_hook_sees_every_piece_and_changes_nothing(policy):
+    """`on_timing` gets each piece of the update (what benchmarks/local.py reads instead of patching the
+    learner); the weights after the update are those of a learner without the hook."""
+    turns = sampled_turns(policy, n=4)
+    cfg = LearnerConfig(learning_rate=1e-3, mini_batch_size=2, micro_batch_size=1)
+    seen: list[tuple[str, float]] = []
+    timed = Learner(copy.deepcopy(policy[0]), make_trust_region("ppo_clip", anchor="recompute"), cfg, pad_id=0,
+                    on_timing=lambda name, s: seen.append((name, s)))
+    plain = Learner(copy.deepcopy(policy[0]), make_trust_region("ppo_clip", anchor="recompute"), cfg, pad_id=0)
+    timed.update(turns, random.Random(0))
+    plain.update(turns, random.Random(0))
+    names = [n for n, _ in seen]
+    assert set(names) == set(PIECES) and all(s >= 0 for _, s in seen)
+    # 4 micro-batches: each collated, forwarded, through the trust region and backward; 2 optimizer steps;
+    # plus the batch's collate and pi_old's forward
+    assert [names.count(n) for n in PIECES] == [5, 5, 4, 4, 2]
+    for a, b in zip(timed.model.parameters(), plain.model.parameters()):
+        assert torch.equal(a, b)
+    batch, plan = timed.prepare(turns, random.Random(0))  # the plan update ran with this seed
+    assert batch.num_rows == 4 and [len(step) for step in plan] == [2, 2]
 
 
 def test_first_update_is_on_policy_and_later_ones_move_pi(policy):

@@ -19,9 +19,10 @@ from typing import Sequence
 import torch
 
 from oat_dppo.agent.types import Turn
-from oat_dppo.learner.batch import chains, collate, row_of
+from oat_dppo.learner.batch import TokenBatch, chains, collate, row_of
 from oat_dppo.learner.loop import (
     MuSource,
+    StepPlan,
     chunks,
     needs_pi_old,
     plan_update,
@@ -29,6 +30,7 @@ from oat_dppo.learner.loop import (
     run_update,
     use_mu_source,
 )
+from oat_dppo.learner.timing import OnTiming, timed
 from oat_dppo.trust_region import requirements
 
 
@@ -79,8 +81,12 @@ class _TorchOptimizerHooks:
 
 
 class Learner:
-    def __init__(self, model, trust_region, config: LearnerConfig, *, pad_id: int, device: str | torch.device = "cpu"):
+    """`on_timing(name, seconds)` (optional): the wall time of each piece of every update (`learner.timing`)."""
+
+    def __init__(self, model, trust_region, config: LearnerConfig, *, pad_id: int, device: str | torch.device = "cpu",
+                 on_timing: OnTiming | None = None):
         self.model = model
+        self.on_timing = on_timing
         self.trust_region = trust_region
         self.config = config
         self.pad_id = pad_id
@@ -98,14 +104,42 @@ class Learner:
         (one per turn): the episode each turn belongs to, which a strategy whose sequence is the whole
         episode needs (`Requirements.trajectory_sequences`); without them each turn is its own."""
         cfg = self.config
+        t_start = time.perf_counter()
+        prepared = self.prepare(turns, rng, episode_ids)
+        if prepared is None:
+            return {"optimizer_steps": 0.0, "train_tokens": 0.0}
+        batch, plan = prepared
+        self.model.train()
+        recompute_s = 0.0
+        if needs_pi_old(self.trust_region, cfg.mu_source):
+            t0 = time.perf_counter()
+            row_lengths = batch.attention_mask.sum(-1).tolist()  # [B]
+            by_length = sorted(range(batch.num_rows), key=lambda i: row_lengths[i])
+            with timed(self.on_timing, "forward"):  # pi_old: a no-grad forward over the batch
+                batch.old_logp = recompute_old_logp(self.model, batch, chunks(by_length, cfg.micro_batch_size),
+                                                    device=self.device, logits_chunk_tokens=cfg.logits_chunk_tokens)
+            use_mu_source(batch, cfg.mu_source)
+            recompute_s = time.perf_counter() - t0
+        self.optimizer.zero_grad(set_to_none=True)
+        out = run_update(self.model, batch, plan, self.trust_region, _TorchOptimizerHooks(self.optimizer, cfg.max_grad_norm),
+                         device=self.device, aggregation=cfg.aggregation, constant_length=cfg.constant_length,
+                         logits_chunk_tokens=cfg.logits_chunk_tokens, on_timing=self.on_timing)
+        self.model.eval()
+        out.update(recompute_s=recompute_s, train_seconds=time.perf_counter() - t_start)
+        return out
+
+    def prepare(self, turns: Sequence[Turn], rng: random.Random, episode_ids: Sequence[int] | None = None
+                ) -> tuple[TokenBatch, list[StepPlan]] | None:
+        """The packed batch of `turns` and the optimizer steps (micro-batches of its rows) that `update` runs
+        with this `rng`; None when no turn has a response. A benchmark reads it to run a bare loop on the
+        same micro-batches."""
+        cfg = self.config
         if episode_ids is not None and len(episode_ids) != len(turns):
             raise ValueError(f"{len(episode_ids)} episode ids for {len(turns)} turns")
         kept = [i for i, t in enumerate(turns) if t.response_ids]
         turns = [turns[i] for i in kept]
         if not turns:
-            return {"optimizer_steps": 0.0, "train_tokens": 0.0}
-        t_start = time.perf_counter()
-        self.model.train()
+            return None
         lengths = [len(t.prompt_ids) + len(t.response_ids) for t in turns]
         order: list[int] = []
 
@@ -121,22 +155,8 @@ class Learner:
             lengths, episodes, trajectory_sequences=self.trajectory_sequences, mini_batch_unit=cfg.mini_batch_unit,
             epochs=cfg.num_ppo_epochs, step_rows=cfg.mini_batch_size, micro_rows=cfg.micro_batch_size,
             permutation=permutation, chain_of=None if rows is None else row_of(rows))
-        batch = collate(turns, self.pad_id, self.topk, rows=rows)
+        with timed(self.on_timing, "collate"):
+            batch = collate(turns, self.pad_id, self.topk, rows=rows)
         if sequence_ids is not None:
             batch.sequence_ids = torch.tensor(sequence_ids, dtype=torch.long)  # [B]
-        recompute_s = 0.0
-        if needs_pi_old(self.trust_region, cfg.mu_source):
-            t0 = time.perf_counter()
-            row_lengths = batch.attention_mask.sum(-1).tolist()  # [B]
-            by_length = sorted(range(batch.num_rows), key=lambda i: row_lengths[i])
-            batch.old_logp = recompute_old_logp(self.model, batch, chunks(by_length, cfg.micro_batch_size),
-                                                device=self.device, logits_chunk_tokens=cfg.logits_chunk_tokens)
-            use_mu_source(batch, cfg.mu_source)
-            recompute_s = time.perf_counter() - t0
-        self.optimizer.zero_grad(set_to_none=True)
-        out = run_update(self.model, batch, plan, self.trust_region, _TorchOptimizerHooks(self.optimizer, cfg.max_grad_norm),
-                         device=self.device, aggregation=cfg.aggregation, constant_length=cfg.constant_length,
-                         logits_chunk_tokens=cfg.logits_chunk_tokens)
-        self.model.eval()
-        out.update(recompute_s=recompute_s, train_seconds=time.perf_counter() - t_start)
-        return out
+        return batch, plan

@@ -30,6 +30,7 @@ from torch import Tensor
 from oat_dppo.learner.batch import TokenBatch
 from oat_dppo.learner.logprobs import policy_logprobs
 from oat_dppo.learner.step import MetricAccumulator, trust_region_loss
+from oat_dppo.learner.timing import OnTiming, timed
 from oat_dppo.trust_region import requirements
 
 MuSource = Literal["rollout", "recompute"]
@@ -253,6 +254,7 @@ def run_update(
     aggregation: str = "token_mean",
     constant_length: int | None = None,
     logits_chunk_tokens: int = 0,
+    on_timing: OnTiming | None = None,
 ) -> dict[str, float]:
     """Run `plan` over `batch` (micro-batches moved to `device` one at a time). Returns the update's
     metrics: the trust region's (token-weighted over micro-batches), `entropy`, `loss` (mean per
@@ -263,7 +265,10 @@ def run_update(
 
     The plan is first padded so that every rank runs as many steps and micro-batches as the others
     (`equalize_plan`): an empty micro-batch runs one row of the batch with its loss multiplied by 0 (a
-    backward that changes no gradient but takes part in the ranks' collectives)."""
+    backward that changes no gradient but takes part in the ranks' collectives).
+
+    `on_timing(name, seconds)` (optional) gets the wall time of every piece: "collate" (a micro-batch cut
+    and moved), "forward", "trust_region", "backward" and "optimizer" (`learner.timing`)."""
     plan = equalize_plan(plan, hooks.agree_max)
     acc = MetricAccumulator()
     before_update = MetricAccumulator()  # the first step's micro-batches: no optimizer step yet
@@ -278,19 +283,22 @@ def run_update(
         for micro in step:
             # An empty micro-batch (this rank's share of the step is spent) runs row 0 as any pass runs,
             # the same modules in the same order (ZeRO-3 gathers each on entry), and trains on 0 x its loss.
-            mb = batch.rows(micro or [0]).to(device)
+            with timed(on_timing, "collate"):
+                mb = batch.rows(micro or [0]).to(device)
             loss, metrics = trust_region_loss(
                 model, mb, trust_region, aggregation=aggregation, constant_length=constant_length,
-                num_tokens=n_tok, num_sequences=n_seq, logits_chunk_tokens=logits_chunk_tokens,
+                num_tokens=n_tok, num_sequences=n_seq, logits_chunk_tokens=logits_chunk_tokens, on_timing=on_timing,
             )
-            hooks.backward(loss if micro else loss * 0.0)
+            with timed(on_timing, "backward"):
+                hooks.backward(loss if micro else loss * 0.0)
             if not micro:
                 continue
             step_loss += float(loss.detach())
             acc.add(metrics, float(mb.num_tokens))
             if index == 0:
                 before_update.add(metrics, float(mb.num_tokens))
-        norms.append(float(hooks.step()))
+        with timed(on_timing, "optimizer"):
+            norms.append(float(hooks.step()))
         losses.append(step_loss)
         tokens += step_tokens
     out = acc.result()

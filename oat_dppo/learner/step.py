@@ -10,6 +10,7 @@ import torch
 
 from oat_dppo.learner.batch import TokenBatch
 from oat_dppo.learner.logprobs import policy_logprobs
+from oat_dppo.learner.timing import OnTiming, timed
 from oat_dppo.trust_region import TrustRegionInputs, aggregate, requirements
 
 
@@ -23,31 +24,34 @@ def trust_region_loss(
     num_tokens: float | None = None,
     num_sequences: float | None = None,
     logits_chunk_tokens: int = 0,
+    on_timing: OnTiming | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """One micro-batch: log pi at the response tokens -> trust region -> aggregated loss.
 
     Shared by the local learner and the Oat learner. `num_tokens` / `num_sequences` are the whole
     mini-batch's normalizers, so that accumulating micro-batches equals one big batch.
-    `logits_chunk_tokens`: see `policy_logprobs`.
+    `logits_chunk_tokens`: see `policy_logprobs`. `on_timing`: gets the seconds of "forward" and "trust_region".
     """
     topk = requirements(trust_region).topk
-    pol = policy_logprobs(model, batch, with_topk=topk > 0, chunk_tokens=logits_chunk_tokens)
-    out = trust_region(
-        TrustRegionInputs(
-            logp=pol.logp,
-            behavior_logp=batch.behavior_logp,
-            advantages=batch.advantages,
-            mask=batch.response_mask,
-            old_logp=batch.old_logp,
-            topk_behavior_logp=batch.topk_behavior_logp,
-            topk_logp=pol.topk_logp,
-            topk_valid=batch.topk_valid,
-            topk_other_logp=pol.topk_other_logp,
-            sequence_ids=_sequence_ids(batch),
+    with timed(on_timing, "forward"):
+        pol = policy_logprobs(model, batch, with_topk=topk > 0, chunk_tokens=logits_chunk_tokens)
+    with timed(on_timing, "trust_region"):
+        out = trust_region(
+            TrustRegionInputs(
+                logp=pol.logp,
+                behavior_logp=batch.behavior_logp,
+                advantages=batch.advantages,
+                mask=batch.response_mask,
+                old_logp=batch.old_logp,
+                topk_behavior_logp=batch.topk_behavior_logp,
+                topk_logp=pol.topk_logp,
+                topk_valid=batch.topk_valid,
+                topk_other_logp=pol.topk_other_logp,
+                sequence_ids=_sequence_ids(batch),
+            )
         )
-    )
-    loss = aggregate(out.loss_terms, batch.response_mask, aggregation, constant_length=constant_length,
-                     num_tokens=num_tokens, num_sequences=num_sequences, segment_ids=batch.segment_ids)
+        loss = aggregate(out.loss_terms, batch.response_mask, aggregation, constant_length=constant_length,
+                         num_tokens=num_tokens, num_sequences=num_sequences, segment_ids=batch.segment_ids)
     metrics = dict(out.metrics)
     ent = pol.entropy[batch.response_mask]
     metrics["entropy"] = float(ent.mean()) if ent.numel() else math.nan

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from oat_dppo.agent import Episode, PromptFormat, assign_advantages, episode_metrics, play_episodes
+from oat_dppo.agent import Episode, PromptFormat, Turn, assign_advantages, episode_metrics, play_episodes
 from oat_dppo.agent.reply_effect import ModelMovePolicy, held_out_metrics
 from oat_dppo.backends.local import checkpoint
 from oat_dppo.components import (
@@ -39,6 +39,7 @@ from oat_dppo.engine.base import pad_token_id, stop_token_ids
 from oat_dppo.engine.hf import HFEngine
 from oat_dppo.learner import Learner, LearnerConfig
 from oat_dppo.learner.schedule import lr_factor
+from oat_dppo.learner.timing import OnTiming
 from oat_dppo.models import (
     apply_lora,
     enable_gradient_checkpointing,
@@ -148,9 +149,14 @@ class LocalTrainer:
     Everything that can fail on bad input (the trust region, the environments, the model, a resumed
     checkpoint) is built here, before `run()` writes anything: a rejected command leaves no run
     directory behind. A new run's directory is created by `run()`; a resumed one must exist.
+
+    For benchmarks: `on_timing(name, seconds)` gets the learner's pieces of every update (`learner.timing`;
+    the rollout's are in each iteration's row, `time/generate_s` and `time/env_s`), and `last_turns` holds
+    the turns the last iteration trained on.
     """
 
-    def __init__(self, cfg: TrainConfig, run_dir: RunDir | str | Path, *, resume: bool = False, out=None):
+    def __init__(self, cfg: TrainConfig, run_dir: RunDir | str | Path, *, resume: bool = False, out=None,
+                 on_timing: OnTiming | None = None):
         self.cfg = cfg
         self.run_dir_path = run_dir.path if isinstance(run_dir, RunDir) else Path(run_dir)
         self.run_dir = run_dir if isinstance(run_dir, RunDir) else None  # created by run()
@@ -206,7 +212,9 @@ class LocalTrainer:
             ),
             pad_id=pad_token_id(self.tokenizer),
             device=self.device,
+            on_timing=on_timing,
         )
+        self.last_turns: list[Turn] = []
         self.start_iteration = 0
         if resume:
             self._load_checkpoint()
@@ -449,6 +457,7 @@ class LocalTrainer:
         played = [e for e in episodes if e.error is None]
         turns = [t for e in played for t in e.turns]
         episode_ids = [i for i, e in enumerate(played) for _ in e.turns]
+        self.last_turns = turns
         self._phase = "train"
         train = self.learner.update(turns, random.Random(derive_seed(cfg.seed, "shuffle", iteration)), episode_ids)
         sync_s = self.sync_engine()  # before the next rollout or evaluation samples from the engine
