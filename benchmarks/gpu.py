@@ -39,7 +39,7 @@ import torch
 
 from oat_dppo.backends.local import LocalTrainer
 from benchmarks import mismatch
-from benchmarks.local import capture_update, compare_learner
+from benchmarks.local import compare_learner
 from benchmarks.memory import in_fresh_process
 from benchmarks.mismatch import colocated_vllm, device_name, sample_prompts
 from oat_dppo.cli import fail, parse
@@ -198,13 +198,12 @@ def learner_section(cfg: Config) -> dict:
                 trainer.learner.config.micro_batch_size = mb
                 times = {k: [] for k in ("iteration", "generate", "train", "sync")}
                 turns_seen: list = []
-                with capture_update(trainer.learner) as seen:
-                    for _ in range(cfg.iterations):
-                        row = trainer.train_iteration(it)
-                        it += 1
-                        for k in times:
-                            times[k].append(row[f"time/{k}_s"])
-                        turns_seen = seen["turns"]
+                for _ in range(cfg.iterations):
+                    row = trainer.train_iteration(it)
+                    it += 1
+                    for k in times:
+                        times[k].append(row[f"time/{k}_s"])
+                    turns_seen = trainer.last_turns
                 cmp = compare_learner(trainer, turns_seen, reps=cfg.reps, seed=0) if turns_seen else {}
                 rows.append(dict(micro_batch=mb, turns=len(turns_seen),
                                  **{f"{k}_s": statistics.median(v) for k, v in times.items()}, **cmp))

@@ -12,14 +12,16 @@ cores (16 episodes; SmolLM2 with the `\\boxed{` prefix plays ~3 turns of GuessTh
 1. Throughput: episodes/s over the iteration wall time, generated tokens/s over the time inside
    `engine.generate`, trained tokens/s (prompt + response tokens, as the trainer's own
    `perf/train_tokens_per_s`) over the learner's update time.
-2. Where the iteration time goes. Timers are patched into this process only (nothing in the library
-   changes): `engine.generate`; the learner's forward (`policy_logprobs`: model, log-softmax, gather,
-   entropy), `Tensor.backward`, and its optimizer (`clip_grad_norm_` + `optimizer.step`); and, to
-   explain the rest, the env's `reset`/`step`, `collate` and the trust region + `aggregate`. The share
-   of the wall time outside generate + forward + backward + optimizer is compared with the 10% target.
+2. Where the iteration time goes, from the trainer's own timings (nothing is patched): its rows'
+   `time/generate_s` (inside the engine's generate) and `time/env_s` (the envs' reset and step), and the
+   learner's timing hook (`LocalTrainer(on_timing=...)`, `learner.timing`): the forward
+   (`policy_logprobs`: model, log-softmax, gather, entropy; pi_old's too), backward, the optimizer (clipping
+   + step) and, to explain the rest, collating and the trust region + `aggregate`. The share of the wall
+   time outside generate + forward + backward + optimizer is compared with the 10% target.
 3. The learner against a bare loop on the same collated micro-batches: the first `compare_turns`
-   turns of the last iteration played go through one untimed `update` that captures the learner's
-   micro-batches and optimizer steps, then `Learner.update` (seeded shuffle: the same batches) vs a minimal
+   turns of the last iteration played (`trainer.last_turns`) give the learner's micro-batches and optimizer
+   steps (`Learner.prepare`) and one untimed warm-up `update`, then `Learner.update` (seeded shuffle: the
+   same batches) vs a minimal
    `forward -> log_softmax gather -> (-logp * adv).mean() -> backward -> optimizer.step()` with the
    same micro-batches per step and the same optimizer. Two bare loops: `bare` runs the LM head on the
    hidden states that predict response tokens only (what the learner does, the fair baseline, used for
@@ -37,7 +39,6 @@ busy core stall every op by a scheduler slice.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import math
 import random
@@ -50,13 +51,9 @@ from typing import Any, Callable, Literal
 
 import torch
 
-import oat_dppo.learner.learner as learner_mod
-import oat_dppo.learner.loop as loop_mod
-import oat_dppo.learner.step as step_mod
 from oat_dppo.backends.local import LocalTrainer
 from oat_dppo.cli import fail, opt, parse
 from oat_dppo.config import TrainConfig
-from oat_dppo.learner.batch import TokenBatch
 from oat_dppo.rundir import RunDir
 
 MODELS = ("tiny-qwen3", "smollm2")
@@ -94,7 +91,7 @@ class Config:
 
 
 # ---------------------------------------------------------------------------------------------
-# timers patched into one trainer (restored on exit)
+# timings reported by the trainer and its learner
 # ---------------------------------------------------------------------------------------------
 
 BUCKETS = ("generate", "forward", "backward", "optimizer", "env", "collate", "trust_region")
@@ -102,97 +99,24 @@ BUCKETS = ("generate", "forward", "backward", "optimizer", "env", "collate", "tr
 
 @dataclass
 class Timers:
+    """Seconds per bucket: the learner's pieces from its timing hook (`add`) while `active`, the rollout's
+    from each iteration's row (`add_row`)."""
+
     seconds: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in BUCKETS})
-    _depth: int = 0  # nesting guard: a timed call inside another timed call is not counted twice
+    active: bool = False  # warm-up iterations and the learner comparison are not counted
 
-    def wrap(self, bucket: str, fn: Callable) -> Callable:
-        def timed(*args, **kwargs):
-            if self._depth:
-                return fn(*args, **kwargs)
-            self._depth += 1
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.seconds[bucket] += time.perf_counter() - t0
-                self._depth -= 1
+    def add(self, name: str, seconds: float) -> None:
+        if self.active:
+            self.seconds[name] += seconds
 
-        return timed
-
-
-class Patches:
-    """Attribute replacements undone in reverse order; an attribute an instance did not hold itself
-    (a bound method) is deleted again rather than set, so the class's method shows through."""
-
-    def __init__(self) -> None:
-        self._undo: list[tuple[Any, str, bool, Any]] = []
-
-    def set(self, obj, name: str, new) -> None:
-        own = name in getattr(obj, "__dict__", {})
-        self._undo.append((obj, name, own, getattr(obj, name)))
-        setattr(obj, name, new)
-
-    def undo(self) -> None:
-        for obj, name, own, old in reversed(self._undo):
-            if own:
-                setattr(obj, name, old)
-            else:
-                delattr(obj, name)
-        self._undo.clear()
-
-
-@contextlib.contextmanager
-def instrument(trainer) -> Any:
-    """Patch timers around the pieces of `trainer.train_iteration`; yields the `Timers`."""
-    timers = Timers()
-    learner = trainer.learner
-    patches = Patches()
-    patches.set(trainer.engine, "generate", timers.wrap("generate", trainer.engine.generate))
-    patches.set(step_mod, "policy_logprobs", timers.wrap("forward", step_mod.policy_logprobs))
-    patches.set(loop_mod, "policy_logprobs", timers.wrap("forward", loop_mod.policy_logprobs))  # pi_old
-    patches.set(learner_mod, "collate", timers.wrap("collate", learner_mod.collate))
-    patches.set(TokenBatch, "rows", timers.wrap("collate", TokenBatch.rows))  # micro-batches of the packed batch
-    patches.set(step_mod, "aggregate", timers.wrap("trust_region", step_mod.aggregate))
-    patches.set(learner, "trust_region", timers.wrap("trust_region", learner.trust_region))
-    patches.set(torch.Tensor, "backward", timers.wrap("backward", torch.Tensor.backward))
-    patches.set(torch.nn.utils, "clip_grad_norm_", timers.wrap("optimizer", torch.nn.utils.clip_grad_norm_))
-    patches.set(learner.optimizer, "step", timers.wrap("optimizer", learner.optimizer.step))
-    for env in trainer.envs:
-        patches.set(env, "reset", timers.wrap("env", env.reset))
-        patches.set(env, "step", timers.wrap("env", env.step))
-    try:
-        yield timers
-    finally:
-        patches.undo()
+    def add_row(self, row: dict) -> None:
+        self.seconds["generate"] += row["time/generate_s"]
+        self.seconds["env"] += row["time/env_s"]
 
 
 # ---------------------------------------------------------------------------------------------
 # learner vs a bare loop on the same micro-batches
 # ---------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def capture_update(learner) -> Any:
-    """Record the turns of each `learner.update` call and, per optimizer step, its micro-batches (the
-    plan the shared learner loop runs, as `TokenBatch`es)."""
-    seen: dict[str, list] = {"turns": [], "steps": []}
-    update, run_update = learner.update, learner_mod.run_update
-
-    def update_spy(turns, rng, *args, **kwargs):
-        seen.update(turns=list(turns), steps=[])
-        return update(turns, rng, *args, **kwargs)
-
-    def run_update_spy(model, batch, plan, *args, **kwargs):
-        seen["steps"] = [[batch.rows(micro) for micro in step] for step in plan]
-        return run_update(model, batch, plan, *args, **kwargs)
-
-    patches = Patches()
-    patches.set(learner, "update", update_spy)
-    patches.set(learner_mod, "run_update", run_update_spy)
-    try:
-        yield seen
-    finally:
-        patches.undo()
 
 
 def bare_update(model, optimizer, steps: list[list], *, full_logits: bool, device) -> None:
@@ -221,15 +145,15 @@ def bare_update(model, optimizer, steps: list[list], *, full_logits: bool, devic
 def compare_learner(trainer, turns: list, *, reps: int, seed: int, compare_turns: int = 0) -> dict:
     """Tokens/s of `Learner.update` and of the bare loops on the same micro-batches, fastest of `reps`.
 
-    One untimed `update` on the turns captures the learner's micro-batches and optimizer steps (its
-    shuffle is seeded, so every timed `update` repeats exactly those). On CUDA every timed run ends
+    `Learner.prepare` gives the learner's micro-batches and optimizer steps (its shuffle is seeded, so every
+    timed `update` repeats exactly those); one untimed `update` warms up. On CUDA every timed run ends
     with a device synchronization, so that queued kernels count where they were launched."""
     learner = trainer.learner
     if compare_turns:
         turns = turns[:compare_turns]
-    with capture_update(learner) as seen:
-        learner.update(turns, random.Random(seed))
-    steps = seen["steps"]
+    batch, plan = learner.prepare(turns, random.Random(seed))
+    steps = [[batch.rows(micro) for micro in step] for step in plan]
+    learner.update(turns, random.Random(seed))  # warm-up, untimed
     batches = [b for step in steps for b in step]
     processed = sum(int(b.attention_mask.sum()) for b in batches)
     trained = sum(int(b.response_mask.sum()) for b in batches)
@@ -267,7 +191,7 @@ def compare_learner(trainer, turns: list, *, reps: int, seed: int, compare_turns
 # ---------------------------------------------------------------------------------------------
 
 
-def make_trainer(model: str, env: str, cfg: Config, run_dir: str):
+def make_trainer(model: str, env: str, cfg: Config, run_dir: str, on_timing=None):
     tc = TrainConfig(
         model=model, env=env, response_prefix=cfg.response_prefix, episodes_per_iteration=cfg.episodes,
         iterations=cfg.warmup + cfg.iterations, max_new_tokens=cfg.max_new_tokens, trust_region=cfg.trust_region,
@@ -275,31 +199,33 @@ def make_trainer(model: str, env: str, cfg: Config, run_dir: str):
         threads=cfg.threads, device="cpu", log="none", progress=False, eval_every=0, log_episodes=0,
         engine=cfg.engine, engine_dtype=cfg.engine_dtype,
     )
-    return LocalTrainer(tc, RunDir(run_dir))
+    return LocalTrainer(tc, RunDir(run_dir), on_timing=on_timing)
 
 
 def run_one(model: str, env: str, cfg: Config) -> dict:
+    timers = Timers()
     with tempfile.TemporaryDirectory(prefix="oat_dppo_bench_local_") as run_dir:
-        trainer = make_trainer(model, env, cfg, run_dir)
+        trainer = make_trainer(model, env, cfg, run_dir, on_timing=timers.add)
         try:
             totals = dict(wall=0.0, episodes=0.0, turns=0.0, gen_tokens=0.0, prompt_tokens=0.0, train_s=0.0, env_s=0.0)
-            with capture_update(trainer.learner) as seen:
-                for it in range(cfg.warmup):
-                    trainer.train_iteration(it)
-                with instrument(trainer) as timers:
-                    for it in range(cfg.warmup, cfg.warmup + cfg.iterations):
-                        t0 = time.perf_counter()
-                        row = trainer.train_iteration(it)
-                        totals["wall"] += time.perf_counter() - t0
-                        turns = seen["turns"]
-                        totals["episodes"] += row.get("rollout/episodes", 0.0)
-                        totals["turns"] += len(turns)
-                        totals["gen_tokens"] += sum(t.num_tokens for t in turns)
-                        totals["prompt_tokens"] += sum(len(t.prompt_ids) for t in turns)
-                        totals["train_s"] += row["time/train_s"]
-                        totals["env_s"] += row["time/env_s"]
-                    sec = dict(timers.seconds)
-                last_turns = seen["turns"]
+            for it in range(cfg.warmup):
+                trainer.train_iteration(it)
+            timers.active = True
+            for it in range(cfg.warmup, cfg.warmup + cfg.iterations):
+                t0 = time.perf_counter()
+                row = trainer.train_iteration(it)
+                totals["wall"] += time.perf_counter() - t0
+                timers.add_row(row)
+                turns = trainer.last_turns
+                totals["episodes"] += row.get("rollout/episodes", 0.0)
+                totals["turns"] += len(turns)
+                totals["gen_tokens"] += sum(t.num_tokens for t in turns)
+                totals["prompt_tokens"] += sum(len(t.prompt_ids) for t in turns)
+                totals["train_s"] += row["time/train_s"]
+                totals["env_s"] += row["time/env_s"]
+            timers.active = False
+            sec = dict(timers.seconds)
+            last_turns = trainer.last_turns
             cmp = compare_learner(trainer, last_turns, reps=cfg.reps, seed=cfg.seed,
                                   compare_turns=cfg.compare_turns) if last_turns and cfg.reps > 0 else {}
         finally:

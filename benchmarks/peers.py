@@ -137,20 +137,14 @@ def run_local(cfg: Config, engine: str) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as tmp:
         trainer = LocalTrainer(_train_config(cfg, engine), RunDir(tmp))
-        texts: list[list[str]] = []
-        update = trainer.learner.update
-
-        def recording_update(turns, *args, **kwargs):  # the prompt texts each step trained on
-            texts.append([t.prompt_text for t in turns])
-            return update(turns, *args, **kwargs)
-
-        trainer.learner.update = recording_update
+        texts: list[list[str]] = []  # the prompt texts each step trained on
         steps = []
         try:
             for it in range(cfg.warmup + cfg.steps):
                 c0 = time.process_time()
                 row = trainer.train_iteration(it)
                 cpu = time.process_time() - c0
+                texts.append([t.prompt_text for t in trainer.last_turns])
                 gen = row["perf/generated_tokens_per_s"] * row["time/generate_s"]
                 trained = row["perf/train_tokens_per_s"] * row["time/train_s"]
                 steps.append(dict(generate=row["time/generate_s"], learn=row["time/train_s"],

@@ -7,8 +7,6 @@ import math
 import pytest
 import torch
 
-import oat_dppo.learner.learner as learner_mod
-import oat_dppo.learner.step as step_mod
 from benchmarks import __main__ as bench_main
 from benchmarks import local
 
@@ -21,8 +19,6 @@ def keep_threads():
 
 
 def test_local_benchmark_numbers_and_table(keep_threads):
-    originals = (torch.Tensor.backward, torch.nn.utils.clip_grad_norm_, learner_mod.collate, learner_mod.run_update,
-                 step_mod.policy_logprobs, step_mod.aggregate)
     cfg = local.Config(model="tiny-qwen3", env="game:GuessTheNumber-v0-easy", episodes=2, iterations=1, warmup=0,
                        max_new_tokens=8, reps=1)
     rows = local.run(cfg)
@@ -36,9 +32,8 @@ def test_local_benchmark_numbers_and_table(keep_threads):
     assert 0 <= r["outside_share"] < 1
     assert r["generate_s"] + r["forward_s"] + r["backward_s"] + r["optimizer_s"] + r["outside_s"] == pytest.approx(r["wall"])
     assert r["rest_s"] >= -1e-6
-    # every timer patched into torch and the learner module is gone again
-    assert (torch.Tensor.backward, torch.nn.utils.clip_grad_norm_, learner_mod.collate, learner_mod.run_update,
-            step_mod.policy_logprobs, step_mod.aggregate) == originals
+    # the learner's timing hook reported the pieces that explain the rest too
+    assert r["collate_s"] > 0 and r["trust_region_s"] > 0 and r["env_s"] > 0
 
     table = local.format_table(rows, cfg)
     assert "| tiny-qwen3 | game:GuessTheNumber-v0-easy |" in table
