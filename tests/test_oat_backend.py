@@ -176,8 +176,11 @@ def test_derived_settings():
                         (("--zero-stage", "3", "--lora-rank", "8", "--logits-chunk-tokens", "0"), 0)]:
         args, _ = resolve("--gpus", "8", "--collocate", *argv)
         assert args.logits_chunk_tokens == chunk == A.to_train_config(args).logits_chunk_tokens, argv
-    args, notes = resolve("--gpus", "8", "--collocate", "--zero-stage", "3", "--lora-rank", "8")
-    assert args.logits_chunk_tokens == 0 and any("--logits-chunk-tokens 0" in n for n in notes)
+    for frozen in (("--lora-rank", "8"), ("--trainable-layers", "2")):  # a frozen head, either way
+        args, notes = resolve("--gpus", "8", "--collocate", "--zero-stage", "3", *frozen)
+        assert args.logits_chunk_tokens == 0 and any(f"{frozen[0]}: the LM head runs in one block" in n for n in notes)
+    args, _ = resolve("--gpus", "8", "--collocate", "--trainable-layers", "6")  # as on the local backend
+    assert args.trainable_layers == 6 == A.to_train_config(args).trainable_layers
 
 
 @pytest.mark.parametrize(
@@ -194,7 +197,7 @@ def test_derived_settings():
         (["--trust-region", "dppo_binary_tv", "--cliprange", "0.2"], "--cliprange sets the ratio clip"),
         (["--trust-region", "dppo_binary_tvv"], "did you mean 'dppo_binary_tv'"),
         (["--trust-region", "ppo_clip", "--delta", "0.2"], "does not take 'delta'"),
-        (["--trainable-layers", "2"], "--lora-rank"),
+        (["--trainable-layers", "2", "--lora-rank", "8"], "LoRA puts"),
         (["--resume", "runs/x"], "--resume-dir"),
         (["--env", "math"], "--math-data"),
         (["--pi-buffer-maxlen-per-device", "8"], "would drop data"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from itertools import accumulate
 import signal
 import subprocess
@@ -127,7 +128,8 @@ def wait_for_learning_rounds(program: Program, n: int, timeout: float = 300) -> 
 @pytest.fixture(scope="module")
 def one_and_one(tmp_path_factory):
     run = Program(tmp_path_factory.mktemp("oat") / "one_and_one", "--gpus", "2", "--iterations", "3",
-                  "--episodes-per-iteration", "8", "--train-batch-size", "8", "--train-batch-size-per-device", "4")
+                  "--episodes-per-iteration", "8", "--train-batch-size", "8", "--train-batch-size-per-device", "4",
+                  "--trainable-layers", "1")  # as the local recipes train SmolLM2's top layers
     rc = run.wait()
     run.left = no_process_left(run)
     run.rc = rc
@@ -150,6 +152,9 @@ def test_the_program_trains_and_exits_cleanly(one_and_one):
     config = json.loads(config.read_text())
     assert config["backend"] == "oat" and config["eval_temperature"] == 1.0 and config["env"] == "smoke:digits"
     assert config["_oat"]["flash_attn"] is False and config["_oat"]["check_sync"] == "on"  # resolved on the node
+    # The top layer and the final norm train; embeddings, the lower layer and the tied head do not.
+    trained, total = map(int, re.search(r"--trainable-layers 1: (\d+) of (\d+) parameters train", out).groups())
+    assert 0 < trained < total / 2 and config["trainable_layers"] == 1
 
 
 def test_every_sync_reaches_the_actor_and_it_then_computes_the_learners_logprobs(one_and_one):

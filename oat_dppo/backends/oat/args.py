@@ -59,7 +59,6 @@ LOCAL_ONLY: dict[str, tuple[bool, str]] = {
     "keep_checkpoint": (False, "Oat keeps its checkpoints by --save-steps / --max-save-num"),
     "lr_schedule": (True, "on Oat use --lr-scheduler and --lr-warmup-ratio"),
     "lr_warmup_iterations": (True, "on Oat use --lr-warmup-ratio"),
-    "trainable_layers": (True, "on Oat use --lora-rank (or full fine-tuning)"),
     "resume": (True, "Oat resumes DeepSpeed checkpoints with --resume-dir DIR"),
     "engine": (True, "Oat's actors always sample with vLLM"),
     "warm_start": (True, "warm-start on the local backend (--warm-start ... --iterations 0), export it (python -m "
@@ -336,19 +335,19 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
             args.gamma = preset.gamma
     if args.eval_generate_max_length is None:
         args.eval_generate_max_length = args.generate_max_length
-    # Checkpointed LM-head blocks recompute the head in backward; under ZeRO-3 a *frozen* head (LoRA)
-    # is partitioned again by then, and torch's recompute check fails (deepspeedai/DeepSpeed#8148;
-    # reproduced in tests/test_oat_backend_learner.py).
-    frozen_partitioned_head = args.zero_stage == 3 and args.lora_rank > 0
+    # Checkpointed LM-head blocks recompute the head in backward; under ZeRO-3 a *frozen* head (LoRA, or
+    # --trainable-layers) is partitioned again by then, and torch's recompute check fails
+    # (deepspeedai/DeepSpeed#8148; reproduced in tests/test_oat_backend_learner.py).
+    frozen = "--lora-rank" if args.lora_rank > 0 else "--trainable-layers" if args.trainable_layers > 0 else None
+    frozen_partitioned_head = args.zero_stage == 3 and frozen is not None
     if args.logits_chunk_tokens is None:
         args.logits_chunk_tokens = 0 if frozen_partitioned_head else TrainConfig.logits_chunk_tokens
         if frozen_partitioned_head:
-            notes.append("--zero-stage 3 with --lora-rank: the LM head runs in one block (--logits-chunk-tokens 0)")
+            notes.append(f"--zero-stage 3 with {frozen}: the LM head runs in one block (--logits-chunk-tokens 0)")
     elif args.logits_chunk_tokens > 0 and frozen_partitioned_head:
-        raise ConfigError(f"--logits-chunk-tokens {args.logits_chunk_tokens} with --zero-stage 3 and --lora-rank "
-                          f"{args.lora_rank}: DeepSpeed 0.16.8 cannot recompute a block whose frozen, partitioned LM "
-                          "head it has released (deepspeedai/DeepSpeed#8148); use --logits-chunk-tokens 0 or "
-                          "--zero-stage 2")
+        raise ConfigError(f"--logits-chunk-tokens {args.logits_chunk_tokens} with --zero-stage 3 and {frozen}: "
+                          "DeepSpeed 0.16.8 cannot recompute a block whose frozen, partitioned LM head it has "
+                          "released (deepspeedai/DeepSpeed#8148); use --logits-chunk-tokens 0 or --zero-stage 2")
     cfg = to_train_config(args)
     _config.validate(cfg)  # temperature 1 / top_p 1 / top_k -1, math data, ranges (same checks as local)
     _config.env_options(cfg)  # --env-option syntax and reserved names, before any node would trip on them

@@ -39,6 +39,7 @@ from oat_dppo.engine.base import pad_token_id
 from oat_dppo.learner import chunks, needs_pi_old, plan_update, recompute_old_logp, run_update, use_mu_source
 from oat_dppo.learner.balance import exchange_by_tokens
 from oat_dppo.learner.batch import row_of
+from oat_dppo.models import freeze_all_but_top_layers
 from oat_dppo.config import to_dict
 from oat_dppo.provenance import provenance
 from oat_dppo.rundir import RunDir, append_jsonl
@@ -191,6 +192,14 @@ class DPPOLearner(PPOLearner):
     # -- data: placeholders that pace the actor steps ---------------------------------------------------
     def prepare_data(self, strategy, tokenizer):
         args = self.args
+        # Oat's `_init` calls this after building the policy and before its optimizer, which takes only the
+        # parameters that require grad (`get_optimizer_grouped_parameters`): where --trainable-layers freezes.
+        if args.trainable_layers:
+            policy = hf_policy(self.model)
+            freeze_all_but_top_layers(policy, args.trainable_layers)
+            sizes = [(getattr(p, "ds_numel", p.numel()), p.requires_grad) for p in policy.parameters()]  # ZeRO-3: ds_numel
+            strategy.print(f"note: --trainable-layers {args.trainable_layers}: {sum(n for n, g in sizes if g)} of "
+                           f"{sum(n for n, _ in sizes)} parameters train")
         if args.iterations:
             n = args.iterations * args.rollout_batch_size
         else:  # until Oat's max_train queries (turns); capped: the sampler materializes its indices
