@@ -102,12 +102,13 @@ def oat_arguments(cls, values: dict):
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[0]).read_text())
     from oat_dppo.backends.oat import cpu
-    from oat_dppo.backends.oat.args import resolve
+    from oat_dppo.backends.oat.args import finalize, parse
     from oat_dppo.backends.oat.program import cpu_environment, resolve_model
     from oat_dppo.backends.oat.supervise import Stopped, Supervisor
     from oat_dppo.stopping import stop_status
 
-    args, _ = resolve(job["argv"])
+    args = parse(job["argv"])
+    finalize(args)
     save = Path(args.save_path)
     save.mkdir(parents=True, exist_ok=True)
     resolve_model(args)  # `smollm2` -> a directory Oat's transformers reads
