@@ -2,23 +2,33 @@ r"""Oat 0.2.4's own PPO program on `bench peers`' job: `oat.experiment.run_math_
 
     .venv-oat/bin/python -m benchmarks.oat_stock JOB.json      # written by `bench peers --sides oat-stock`
 
-What runs is Oat's script itself, executed as `__main__` (its learner and actor read the script's global
-`args`, so it runs no other way), with its own `ZeroMathLearner` (Oat's `PPOLearner`) and `ZeroMathActor`
-(`PPOActor` + `MATHOracle`), launchpad and DeepSpeed. What this module adds, and nothing else:
+What runs is Oat's script itself, in a child process: `python -m oat.experiment.run_math_rl FLAGS`, with its
+own `ZeroMathLearner` (Oat's `PPOLearner`) and `ZeroMathActor` (`PPOActor` + `MATHOracle`), launchpad and
+DeepSpeed, launched and ended by Oat. Nothing of Oat's or launchpad's is replaced. This module:
 
-* **The arguments.** Every Oat field exactly as the `--backend oat` side resolves it for the same job (the
-  one mapping, `backends/oat/args.py`: model, batch, micro-batch, max tokens, learning rate, dtype, ...),
-  handed to the script in place of its command line (`oat.args.get_default_args`), then the script's own:
-  `prompt_template="no"` and a dataset on disk of the job's prompt texts (chat template and `\boxed{`
-  prefix included, the same strings every other side trains on).
-* **On a machine without CUDA, the CPU stand-ins** (`backends/oat/cpu.py`) in every process: launchpad's
-  node processes unpickle the script's classes by value and import no project module that would apply
-  them, so a `sitecustomize` on PYTHONPATH does (`prepare_node`).
-* **A metrics file.** Oat's learner hands each log row to wandb; the adapter's `MetricsFile` also writes
-  them to SAVE_PATH/metrics.jsonl, which the benchmark reads as it reads the adapter's.
-* **The adapter's launcher end** (`backends/oat/supervise.py`): the learner leaves a marker when its `run()`
-  returns and the launcher then ends every node; a node that fails ends the program with status 1. (Oat's
-  own end on this CPU: a learner that fails leaves the actor and the launcher waiting forever.)
+* **Writes the command line.** Every Oat field exactly as the `--backend oat` side resolves it for the same
+  job (the one mapping, `backends/oat/args.py`: model, batch, micro-batch, max tokens, learning rate, dtype,
+  ...), then the script's own: `prompt_template="no"` and a dataset on disk of the job's prompt texts (chat
+  template and `\boxed{` prefix included, the same strings every other side trains on). Oat's
+  `get_default_args` parses `sys.argv` with tyro; `script_flags` writes the fields that differ from the
+  script's defaults as tyro's flags, and `check_flags` parses them back with tyro before anything starts.
+* **On a machine without CUDA, the CPU stand-ins** (`oat_dppo/backends/oat/cpu.py`, the runtime's own CPU
+  port) in every process of the program: launchpad's node processes unpickle the script's classes by value
+  and import no project module that would apply them, so a `sitecustomize` on PYTHONPATH does
+  (`prepare_node`); in the launcher also `gpu_slots` (--gpus counts process slots, for Oat's GPU-count check
+  and `get_program`).
+* **Reads Oat's own output.** Oat's learner prints each log row (`eval_and_log`: `strategy.pprint(logs_dict)`,
+  rich's pretty print of the dict it hands wandb) on stdout, which launchpad prefixes with the node's name (`[learner_...]`).
+  `LogRows` takes the learner's rows back from that stream and writes them to SAVE_PATH/oat_log_rows.jsonl,
+  which the benchmark reads (`benchmarks/peers.py`). Every process of the program writes unbuffered and
+  line-buffered (`PYTHONUNBUFFERED`, `stdbuf -oL` for launchpad's `sed` decorators), so lines of two nodes
+  never mix within a line and no row is lost when a node is stopped.
+* **Watches the program** (`run_program`): its own process group, ended (SIGTERM, then SIGKILL) at the
+  timeout, on a stop signal to this process, and after the program ends (anything left behind); a SIGKILLed
+  watchdog's program ends by `oat_dppo.stopping`'s watchdog. Oat's own end is the normal end: the learner's
+  `lp.stop()` (a SIGTERM to the launcher) after its last round. The exit status is 0 when every round of the
+  job was logged, whatever status that end leaves, and 1 otherwise (Oat's program on this CPU: a learner that
+  fails leaves the actor and the launcher waiting, so the timeout ends it).
 
 Rewards: Oat's `boxed_reward_fn` looks for `\boxed{...}` in the response, which this job pre-fills in the
 prompt, so every reward and advantage is 0. The step's work does not depend on them (Oat's PPO learner
@@ -27,46 +37,47 @@ runs the same forward, backward and optimizer step for a zero advantage); its re
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
+import math
 import os
-import runpy
+import re
+import shutil
+import signal
+import subprocess
 import sys
+import threading
+import time
+import typing
 from pathlib import Path
 
 NODE_FLAG = "OAT_DPPO_STOCK_NODE"  # set for the program's processes: `sitecustomize` prepares them
+LAUNCHER_SLOTS = "OAT_DPPO_STOCK_GPU_SLOTS"  # the launcher's --gpus; it takes it out before starting a node
 SITECUSTOMIZE = f"""import os
 if os.environ.get({NODE_FLAG!r}):
     from benchmarks.oat_stock import prepare_node
     prepare_node()
 """
+ROWS_FILE = "oat_log_rows.jsonl"  # under the save path: the learner's log rows, as it printed them
+COMMAND_FILE = "oat_command.json"  # under the save path: the program's argv, and its process group
+DEFAULT_TIMEOUT_S = 3600.0
+END_GRACE_S = 600.0  # after the last round: Oat's final evaluation, its model save, and its lp.stop()
+_held: list = []  # the launcher's `gpu_slots`, held for its life
 
 
 def prepare_node() -> None:
-    """In every process of the program: the CPU stand-ins, and the metrics file on learner rank 0."""
+    """In every process of the program (through `sitecustomize`): the CPU stand-ins; in the launcher (the
+    one process started with LAUNCHER_SLOTS, which it removes so that its nodes do not inherit it) also
+    `gpu_slots`."""
     from oat_dppo.backends.oat import cpu
 
     cpu.apply()
-    import oat.learners.base as base
-
-    if getattr(base.LearnerBase._init, "__oat_dppo_stock__", False):
-        return
-    from oat_dppo.backends.oat import supervise
-
-    original_init, original_run = base.LearnerBase._init, base.LearnerBase.run
-
-    def _init(self, args, actors):
-        original_init(self, args, actors)
-        if self.strategy.is_rank_0():
-            from oat_dppo.backends.oat.learner import MetricsFile
-
-            self._wandb = MetricsFile(Path(self.save_path) / "metrics.jsonl", self._wandb)
-
-    def run(self):  # as the adapter's learner ends: its marker tells the launcher, not Oat's lp.stop()
-        supervise.run_then_report(self, lambda: original_run(self))
-
-    _init.__oat_dppo_stock__ = True
-    base.LearnerBase._init, base.LearnerBase.run = _init, run
+    slots = os.environ.pop(LAUNCHER_SLOTS, None)
+    if slots:
+        slot = cpu.gpu_slots(int(slots))
+        slot.__enter__()
+        _held.append(slot)
 
 
 def write_prompts(directory: Path, prompts: list[str]) -> tuple[Path, Path]:
@@ -99,13 +110,270 @@ def oat_arguments(cls, values: dict):
     return cls(**out)
 
 
+# ---------------------------------------------------------------------------------------------
+# the command line
+# ---------------------------------------------------------------------------------------------
+
+
+def _default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def script_flags(wanted) -> list[str]:
+    """tyro's flags that make the script's `get_default_args(type(wanted))` return `wanted`: one per field
+    that differs from its default. A plain `bool` is `--name` / `--no-name`; None (an Optional's) is `--name
+    None`; a tuple or list is `--name` and its items (none: an empty one); anything else `--name str(value)`
+    (floats by `repr`, exact)."""
+    cls = type(wanted)
+    hints = typing.get_type_hints(cls)
+    flags: list[str] = []
+    for f in dataclasses.fields(cls):
+        value = getattr(wanted, f.name)
+        if value == _default(f) and type(value) is type(_default(f)):
+            continue
+        name = "--" + f.name.replace("_", "-")
+        if hints.get(f.name) is bool:
+            flags.append(name if value else "--no-" + f.name.replace("_", "-"))
+        elif value is None:
+            flags += [name, "None"]
+        elif isinstance(value, (list, tuple)):
+            flags += [name, *(_text(v) for v in value)]
+        else:
+            flags += [name, _text(value)]
+    return flags
+
+
+def _text(value) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def check_flags(wanted, flags: list[str]) -> None:
+    """Parse `flags` as the script will (tyro, the script's dataclass) and require every field to come back
+    as `wanted` has it."""
+    import warnings
+
+    import tyro
+
+    with warnings.catch_warnings():  # Oat's own fields annotated `str` with a default None: the script warns too
+        warnings.simplefilter("ignore", UserWarning)
+        got = tyro.cli(type(wanted), args=flags)
+    wrong = [f.name for f in dataclasses.fields(wanted) if not _same(getattr(got, f.name), getattr(wanted, f.name))]
+    if wrong:
+        raise ValueError(f"the script's command line does not give back {', '.join(wrong)}: "
+                         + ", ".join(f"{n}={getattr(got, n)!r} (want {getattr(wanted, n)!r})" for n in wrong))
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return list(a) == list(b)
+    return a == b
+
+
+# ---------------------------------------------------------------------------------------------
+# Oat's output: the learner's log rows
+# ---------------------------------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NODE = re.compile(r"^\[(?P<node>[A-Za-z0-9_./-]+)\] ?(?P<text>.*)$")
+_GUIDES = re.compile(r"^[\s\u2502]+")  # rich's indent guides (`│   `) and indentation
+_NUMBER_NAMES = {"nan": math.nan, "inf": math.inf}
+
+
+def _number(node: ast.AST):
+    """A number from pprint's text of one (an int, a float, nan, inf, with a sign), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _NUMBER_NAMES:
+        return _NUMBER_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _number(node.operand)
+        if inner is not None:
+            return -inner if isinstance(node.op, ast.USub) else inner
+    return None
+
+
+def parse_row(text: str) -> dict | None:
+    """The dict pprint printed as `text` (string keys, number values; other values left out), or None."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(tree, ast.Dict):
+        return None
+    row = {}
+    for key, value in zip(tree.keys, tree.values):
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            number = _number(value)
+            if number is not None:
+                row[key.value] = number
+    return row or None
+
+
+class LogRows:
+    """The learner's log rows, from the program's output line by line: lines launchpad marked as a learner
+    node's (`[learner_...] text`), each `{...}` block among them that parses as a dict (Oat's
+    `strategy.pprint(logs_dict)`, rich's pretty print: one entry a line behind indent guides). Lines of other
+    nodes and of the launcher may come between; a block that does not parse is skipped, and so are entries
+    that are not numbers (a tensor's)."""
+
+    def __init__(self, on_row=None) -> None:
+        self.rows: list[dict] = []
+        self.on_row = on_row
+        self._block: list[str] | None = None
+
+    def feed(self, line: str) -> None:
+        match = _NODE.match(_ANSI.sub("", line).rstrip("\r\n"))
+        if not match or not match["node"].startswith("learner"):
+            return
+        text = _GUIDES.sub("", match["text"]).rstrip()
+        if text.startswith("{"):
+            self._block = []
+        if self._block is None:
+            return
+        self._block.append(text)
+        if text.endswith("}"):
+            row = parse_row("\n".join(self._block))
+            self._block = None
+            if row is not None:
+                self.rows.append(row)
+                if self.on_row:
+                    self.on_row(row)
+
+    def rounds(self) -> int:
+        """Learning rounds logged (rows with the learner's update time, one per policy step)."""
+        return len({r.get("misc/policy_sgd_step") for r in self.rows if "train/learn_batch_time" in r})
+
+
+# ---------------------------------------------------------------------------------------------
+# the watchdog
+# ---------------------------------------------------------------------------------------------
+
+
+class _Stop(BaseException):
+    def __init__(self, sig: int):
+        super().__init__(signal.Signals(sig).name)
+        self.signal = sig
+
+
+def end_group(pgid: int, grace_s: float = 20.0, leader: subprocess.Popen | None = None) -> None:
+    """SIGTERM to process group `pgid`, SIGKILL to what is left `grace_s` later; returns once it is gone
+    (`leader`, the group's first process if it is this process's child, is reaped on the way)."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if leader is not None:
+                leader.poll()
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+
+
+@dataclasses.dataclass
+class Ended:
+    status: int | None  # the program's exit status (None: the watchdog ended it, or a stop signal did)
+    pgid: int | None = None  # its process group (gone when `run_program` returns)
+    timed_out: bool = False  # the watchdog ended it: the timeout, or the grace after `done`
+    stop_signal: int | None = None  # a stop signal this process received
+
+
+def run_program(argv: list[str], env: dict, timeout_s: float, on_line, *, done=lambda: False,
+                end_grace_s: float = 600.0, kill_after_s: float = 20.0, out=None) -> Ended:
+    """Run `argv` in its own process group; each line of its output (stdout and stderr) goes to `on_line`
+    and to `out` (default: this process's stdout). The group is ended at `timeout_s`, `end_grace_s` after
+    `done()` first holds (the program has done its work and should end by itself), on SIGTERM, SIGINT or
+    SIGHUP to this process, and after the program's own end (whatever it left in its group): SIGTERM, then
+    SIGKILL to what is left `kill_after_s` later."""
+    out = out or sys.stdout.buffer
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def on_signal(sig, frame=None):
+        raise _Stop(sig)
+
+    previous = {s: signal.signal(s, on_signal) for s in stops}
+    proc = reader = None
+    try:
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+        def pump():
+            for raw in proc.stdout:
+                try:
+                    out.write(raw)
+                    out.flush()
+                except (OSError, ValueError):
+                    pass
+                on_line(raw.decode("utf-8", errors="replace"))
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + timeout_s
+        graced = False
+        status = None
+        while status is None and time.monotonic() < deadline:
+            try:
+                status = proc.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if not graced and done():
+                    graced, deadline = True, min(deadline, time.monotonic() + end_grace_s)
+        end_group(proc.pid, kill_after_s, leader=proc)  # the program's end leaves nothing running (its nodes share its group)
+        proc.wait()
+        reader.join(30)
+        return Ended(status, pgid=proc.pid, timed_out=status is None)
+    except _Stop as stop:
+        if proc is not None:
+            end_group(proc.pid, kill_after_s, leader=proc)
+            proc.wait()
+        return Ended(None, pgid=proc.pid if proc else None, stop_signal=stop.signal)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def verdict(ended: Ended, rounds: int, expected: int) -> tuple[int, str]:
+    """(exit status, the line that says why) of the benchmark's run of the program: 0 once every expected
+    round was logged, however the program then ended (Oat's end is the learner's `lp.stop()`, a SIGTERM to its
+    launcher); else 1, or 128 + n for a stop signal this process received."""
+    if ended.stop_signal is not None:
+        return 128 + ended.stop_signal, f"oat_stock: stopped by {signal.Signals(ended.stop_signal).name}"
+    if rounds >= expected:
+        how = "was ended by the watchdog after" if ended.timed_out else f"exited with status {ended.status} after"
+        return 0, f"oat_stock: Oat's program {how} logging all {expected} rounds"
+    if ended.timed_out:
+        return 1, f"oat_stock: Oat's program logged {rounds} of {expected} rounds before the timeout"
+    return 1, f"oat_stock: Oat's program exited with status {ended.status} after logging {rounds} of {expected} rounds"
+
+
+# ---------------------------------------------------------------------------------------------
+# the job
+# ---------------------------------------------------------------------------------------------
+
+
+def program_env(base: dict, site: Path, repo: Path, extra: dict, gpus: int) -> dict:
+    env = dict(base, **extra)
+    env.update({NODE_FLAG: "1", LAUNCHER_SLOTS: str(gpus), "PYTHONUNBUFFERED": "1"})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), str(repo), base.get("PYTHONPATH")) if p)
+    return env
+
+
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[0]).read_text())
-    from oat_dppo.backends.oat import cpu
+    from oat.experiment.run_math_rl import ZeroMathArgs  # its classes only: the script runs in the child
+
     from oat_dppo.backends.oat.args import finalize, parse
     from oat_dppo.backends.oat.program import cpu_environment, resolve_model
-    from oat_dppo.backends.oat.supervise import Stopped, Supervisor
-    from oat_dppo.stopping import stop_status
+    from oat_dppo.stopping import end_children_with_this_process
 
     args = parse(job["argv"])
     finalize(args)
@@ -113,36 +381,41 @@ def main(argv: list[str]) -> int:
     save.mkdir(parents=True, exist_ok=True)
     resolve_model(args)  # `smollm2` -> a directory Oat's transformers reads
     train, evaluation = write_prompts(save / "prompts", job["prompts"])
-    values = stock_values(args, train, evaluation, len(job["prompts"]))
+    wanted = oat_arguments(ZeroMathArgs, stock_values(args, train, evaluation, len(job["prompts"])))
+    flags = script_flags(wanted)
+    check_flags(wanted, flags)
 
     site = save / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    repo = str(Path(__file__).resolve().parents[1])
-    os.environ.update(cpu_environment(args), **{NODE_FLAG: "1"})
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), repo, os.environ.get("PYTHONPATH")) if p)
-    prepare_node()
+    end_children_with_this_process()  # if this watchdog is SIGKILLed, the program ends too
+    env = program_env(dict(os.environ), site, Path(__file__).resolve().parents[1], cpu_environment(args), args.gpus)
+    command = [sys.executable, "-m", "oat.experiment.run_math_rl", *flags]
+    stdbuf = shutil.which("stdbuf")
+    if stdbuf:  # launchpad's `sed` decorators write whole lines
+        command = [stdbuf, "-oL", "-eL", *command]
 
-    import launchpad
-    import oat.args
+    rows_file = (save / ROWS_FILE).open("w")
 
-    status = []
-    real_launch = launchpad.launch
+    def on_row(row: dict) -> None:
+        rows_file.write(json.dumps(row) + "\n")
+        rows_file.flush()
 
-    def supervised_launch(program, *, local_resources=None, **_):  # the script's lp.launch(...)
-        launchpad.launch = real_launch
-        status.append(supervisor.run(program, local_resources))
-
-    oat.args.get_default_args = lambda cls: oat_arguments(cls, values)  # the script's get_default_args(ZeroMathArgs)
-    launchpad.launch = supervised_launch
-    print(f"oat_stock: {args.pretrain}, {len(job['prompts'])} prompts, save path {save}", file=sys.stderr, flush=True)
-    sys.argv = ["run_math_rl"]
-    with Supervisor() as supervisor, cpu.gpu_slots(args.gpus):  # the GPU-count check and get_program: here only
-        try:
-            runpy.run_module("oat.experiment.run_math_rl", run_name="__main__", alter_sys=True)
-        except Stopped as stop:
-            return stop_status(stop.signal)
-    return status[0] if status else 1
+    rows = LogRows(on_row)
+    expected = int(job["rounds"])
+    timeout_s = float(job.get("timeout_s") or DEFAULT_TIMEOUT_S)
+    print(f"oat_stock: {args.pretrain}, {len(job['prompts'])} prompts, {expected} rounds, save path {save}; "
+          f"{' '.join(command)}", file=sys.stderr, flush=True)
+    started = {"argv": command, "timeout_s": timeout_s}
+    (save / COMMAND_FILE).write_text(json.dumps(started))
+    with rows_file:
+        ended = run_program(command, env, timeout_s, rows.feed, done=lambda: rows.rounds() >= expected,
+                            end_grace_s=float(job.get("end_grace_s") or END_GRACE_S))
+    (save / COMMAND_FILE).write_text(json.dumps(dict(started, status=ended.status, pgid=ended.pgid,
+                                                     timed_out=ended.timed_out, rounds=rows.rounds())))
+    status, line = verdict(ended, rows.rounds(), expected)
+    print(line, file=sys.stderr, flush=True)
+    return status
 
 
 if __name__ == "__main__":

