@@ -11,7 +11,7 @@ from peft import PeftModel
 from peft.tuners.lora import LoraLayer
 
 from oat_dppo.models import common, gemma3, smollm2
-from oat_dppo.models.common import GEMMA3, SMOLLM2, SMOLLM2_HUB_ID, TINY_MODELS
+from oat_dppo.models.common import GEMMA3, GEMMA3_HUB_ID, SMOLLM2, SMOLLM2_HUB_ID, TINY_MODELS
 
 
 def policy_weights(model, *, trainable_only: bool = False):
@@ -57,7 +57,8 @@ def engine_model_source(name: str, model, tokenizer, scratch: str | os.PathLike)
     key = name.strip().lower()
     if key == SMOLLM2 or (key == SMOLLM2_HUB_ID.lower() and common.hub_offline() and not common.in_hf_cache(name)):
         return str(smollm2.smollm2_dir())
-    if key == GEMMA3:
+    if key == GEMMA3 or (key == GEMMA3_HUB_ID.lower() and common.hub_offline() and not common.in_hf_cache(name)
+                         and gemma3.gemma3_available() is None):
         return str(gemma3.gemma3_dir())
     path = Path(name).expanduser()
     if path.is_dir():
