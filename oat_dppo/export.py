@@ -46,6 +46,7 @@ def export(run_dir: str | Path, out_dir: str | Path, *, dtype: str = "auto", ove
 
     from oat_dppo.backends.local.checkpoint import CheckpointError, trained_weights
     from oat_dppo.backends.local.trainer import build_policy
+    from oat_dppo.models.common import save_tokenizer
 
     run = RunDir(run_dir, create=False)
     out = Path(out_dir).expanduser()
@@ -69,7 +70,7 @@ def export(run_dir: str | Path, out_dir: str | Path, *, dtype: str = "auto", ove
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     give_new_file_mode(*out.glob("*.safetensors"))  # safetensors leaves 0600, not what open() gives
-    tokenizer.save_pretrained(out)
+    save_tokenizer(tokenizer, out)  # loadable by transformers 4 (Oat) and 5
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -28,6 +29,10 @@ def test_export_loads_with_transformers_and_computes_the_trained_policy(tmp_path
     assert export_main([str(run_dir), str(out)]) == 0
     exported = AutoModelForCausalLM.from_pretrained(out).eval()
     assert AutoTokenizer.from_pretrained(out)("12")["input_ids"]
+    # Oat's stack (transformers 4.51) loads it too: 5.x's class name and list-valued extra tokens are not 4.x's.
+    tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
+    assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert not isinstance(tokenizer_config.get("extra_special_tokens"), list)
     # The trained policy, rebuilt from the run (LoRA adapters unmerged), computes the same logits.
     cfg = from_dict(RunDir(run_dir, create=False).read_config())
     trained, tok = build_policy(cfg, torch.device("cpu"))

@@ -135,7 +135,7 @@ def test_tiny_tokenizer_pads_left():
 def test_saved_tokenizer_loads_back_on_any_transformers(tmp_path, name):
     """The SmolLM2 cache is written by whichever transformers runs first and read by the others."""
     tok = load_tokenizer(name)
-    smollm2._save_tokenizer(tok, tmp_path)
+    common.save_tokenizer(tok, tmp_path)
     cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
     # what transformers 4.x needs (5.x writes `TokenizersBackend` and a list of extra specials)
     assert cfg["tokenizer_class"] == "PreTrainedTokenizerFast"

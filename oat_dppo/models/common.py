@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -47,3 +48,19 @@ def in_hf_cache(repo_id: str) -> bool:
     except Exception:  # invalid repo id syntax and the like: certainly not cached
         return False
     return isinstance(hit, str)
+
+
+def save_tokenizer(tok, out: Path) -> None:
+    """`tok.save_pretrained(out)` in the layout transformers 4.x and 5.x both load.
+
+    The cache is shared by every venv on a machine (the Oat pin is 4.51.3, the GPU kit 5.x). 5.x
+    names the class `TokenizersBackend` and writes `extra_special_tokens` as a list; 4.x knows
+    neither (unknown class; it expects a dict there), while 5.x reads 4.x's names as well.
+    """
+    tok.save_pretrained(str(out))
+    path = out / "tokenizer_config.json"
+    cfg = json.loads(path.read_text())
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    if isinstance(cfg.get("extra_special_tokens"), list):
+        cfg["additional_special_tokens"] = cfg.pop("extra_special_tokens")
+    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")

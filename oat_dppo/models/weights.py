@@ -68,5 +68,5 @@ def engine_model_source(name: str, model, tokenizer, scratch: str | os.PathLike)
     out = Path(scratch) / key
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     base.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    common.save_tokenizer(tokenizer, out)  # loadable by transformers 4 (Oat) and 5
     return str(out)
