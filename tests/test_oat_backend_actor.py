@@ -300,7 +300,7 @@ def test_actor_step_serializes_through_oats_ipc_client(tok, model):
 
 
 def test_actor_episodes_train_the_learner_end_to_end(tok, model):
-    """Actor episodes (multi-turn, top-K) -> Oat's dataset (every turn a row) -> DPPOLearner.learning_step."""
+    """Actor episodes (multi-turn, top-K) -> the learner's dataset (every turn, with its episode) -> learning_step."""
     K = 3
     args = dppo_args(trust_region="dppo_topk_kl", topk=K)
     actor = make_actor(args, model, tok)
@@ -309,8 +309,8 @@ def test_actor_episodes_train_the_learner_end_to_end(tok, model):
     learner = H.make_stock_learner(args=args, learner_cls=DPPOLearner, model=policy, tokenizer=tok)
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
     batch = H.collate(learner, episodes)
-    assert len(batch["episode_ids"]) == info["actor/turns_trained"] > len(episodes)
-    assert batch["episode_ids"] == [i for i, e in enumerate(episodes) for _ in e.turns]
+    assert len(batch) == info["actor/turns_trained"] > len(episodes)
+    assert batch == [(i, t) for i, e in enumerate(episodes) for t in e.turns]
     info, _ = H.run_learning_step(learner, batch)
     assert float(info["mismatch_mean"]) < 1e-4  # mu from the stand-in "vLLM" == the learner's pi (first step)
     assert float(info["kept_frac"]) == 1.0

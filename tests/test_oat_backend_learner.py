@@ -1,5 +1,5 @@
 """The Oat backend's learner (`DPPOLearner`) run for real on CPU: Oat's own `PPOLearner` machinery
-(its `_init` chain, `TransitionDataset` batches, `learn()` round), the shared trust-region step, and
+(its `_init` chain, `learn()` round and DataLoader), the shared trust-region step, and
 the stock `PPOLearner.learning_step` as the reference. Only vllm and launchpad are faked (import
 boundary); the policy trains in a real DeepSpeed engine set up by Oat's own DeepspeedStrategy. See
 docs/dev_oat_cpu.md.
@@ -22,7 +22,7 @@ from oat.algorithms.ppo import PPOLearner  # noqa: E402
 from oat.args import default_args_validation  # noqa: E402
 
 from oat_dppo.backends.oat.args import DPPOArgs, finalize  # noqa: E402
-from oat_dppo.backends.oat.data import DPPOTransitionData, DPPOTransitionDataset, to_token_batch  # noqa: E402
+from oat_dppo.backends.oat.data import DPPOTransitionData, EpisodeTurns, to_token_batch  # noqa: E402
 from oat_dppo.backends.oat.learner import DPPOLearner, hf_policy  # noqa: E402
 
 
@@ -82,7 +82,7 @@ def _torch_linear_after_zero3():
 
 
 # ---------------------------------------------------------------------------------------------
-# Data plumbing: Oat's TransitionDataset batch -> TokenBatch
+# Data plumbing: the buffer's turns -> TokenBatch
 # ---------------------------------------------------------------------------------------------
 
 
@@ -99,9 +99,10 @@ def test_dataset_carries_advantages_and_topk_and_token_batch_aligns_them(tok):
     tr = H.make_transitions(tok, 4, transition_cls=DPPOTransitionData, extra=extra, truncate_every=4)
     tr[3].loss_mask = False
     learner = H.make_stock_learner(args=dppo_args(trust_region="dppo_topk_kl", topk=K), learner_cls=DPPOLearner)
-    assert learner.dataset_builder is DPPOTransitionDataset
-    traj = H.collate(learner, tr)
-    batch, trained, rows = to_token_batch(traj, K, learner.tokenizer.pad_token_id)
+    assert learner.dataset_builder is EpisodeTurns
+    turns = H.collate(learner, tr)  # Oat's learn(): the dataset through a DataLoader
+    assert turns == list(enumerate(tr))  # plain turns: an episode each
+    batch, trained, rows = to_token_batch(turns, K, learner.tokenizer.pad_token_id)
     assert rows == [[0], [1], [2], [3]]  # turns of separate episodes: a row each
     assert trained.any(-1).tolist() == [True, True, True, False] and (trained == trained[:, :1]).all()
     assert batch.advantages[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0]

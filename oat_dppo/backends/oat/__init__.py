@@ -3,7 +3,7 @@
     args.py          DPPOArgs (Oat's PPOArgs + the local backend's options), the one mapping, finalize
     availability.py  is the Oat stack (oat-llm, vLLM, launchpad, CUDA) installed here?
     cpu.py           Oat's CUDA-only lines, replaced on a machine without CUDA (no-op with CUDA)
-    data.py          DPPOTransitionData / DPPOTransitionDataset; Oat batch -> TokenBatch
+    data.py          DPPOEpisodeData / DPPOTransitionData; the buffer's turns -> TokenBatch
     actor.py         DPPOActor(PPOActor): GEM episodes through the shared agent loop
     learner.py       DPPOLearner(PPOLearner): the shared trust-region learning step
     program.py       Oat's launchpad program (get_program) and its launch

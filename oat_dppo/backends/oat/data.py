@@ -1,13 +1,11 @@
 """What travels from the actor to the learner, and how it becomes a `TokenBatch`.
 
 The unit is the episode (`DPPOEpisodeData`, single-turn ones included): Oat's collector splits an actor's
-items evenly between its learners, so a fixed count of episodes travels however many turns they hold. The
-learner's dataset unpacks each into its turns, keeping the episode of each row.
-
-A turn (`DPPOTransitionData`) adds to Oat's `TransitionData` its advantage (computed in the actor, where
-group baselines see whole groups) and mu's top-K, as dataclass fields in compact numpy arrays, not in
-`info`, whose every key Oat's collector averages. `DPPOTransitionDataset` copies them, as Oat's
-`MultiTurnTransitionDataset` copies its own. Imports Oat's types and dataset only (torch, no vLLM).
+items evenly between its learners, so a fixed count of episodes travels however many turns they hold. A
+turn (`DPPOTransitionData`) adds to Oat's `TransitionData` its advantage (computed in the actor, where group
+baselines see whole groups) and mu's top-K, as dataclass fields in compact numpy arrays, not in `info`,
+whose every key Oat's collector averages. The learner's dataset (`EpisodeTurns`) unpacks the episodes into
+their turns; `to_token_batch` packs them. Imports Oat's types only (torch, no vLLM).
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 from oat.types import TransitionData
-from oat.utils.data import TransitionDataset
 
 from oat_dppo.agent.types import Turn
 from oat_dppo.learner.batch import Sample, TokenBatch, chains, collate
@@ -92,63 +89,44 @@ def transition_from_turn(turn: Turn, *, ignore_no_eos: bool = False) -> DPPOTran
     )
 
 
-class DPPOTransitionDataset(TransitionDataset):
-    """Oat's dataset over the turns of the buffer's episodes (a plain `TransitionData` is an episode of
-    one turn), plus each turn's advantage, top-K arrays (None where absent) and episode (its item's
-    position in the buffer)."""
+class EpisodeTurns(torch.utils.data.Dataset):
+    """Oat's `dataset_builder` for the buffer: its episodes' turns in order, each as (episode, transition)
+    (a plain `TransitionData` is an episode of one turn). `collate_fn` hands them over as they are; the
+    learner packs them itself (`to_token_batch`), with no padded round trip through Oat's tensors."""
 
-    EXTRA = ("advantage", "topk_ids", "topk_logprobs")
+    def __init__(self, buffer: Sequence[Any], tokenizer=None, strategy=None, **_) -> None:
+        self.turns = [(e, t) for e, item in enumerate(buffer) for t in turns_of(item)]
 
-    def __init__(self, buffer: Sequence[Any], tokenizer, strategy, **kw) -> None:
-        turns = [(e, t) for e, item in enumerate(buffer) for t in turns_of(item)]
-        super().__init__([t for _, t in turns], tokenizer, strategy, **kw)
-        for item, (episode, src) in zip(self.transitions, turns):
-            for name in self.EXTRA:
-                item[name] = getattr(src, name, None)
-            item["episode_id"] = episode
+    def __len__(self) -> int:
+        return len(self.turns)
 
-    def collate_fn(self, item_list):
-        batch = super().collate_fn(item_list)
-        for name, key in (("advantage", "advantages"), ("topk_ids", "topk_ids"), ("topk_logprobs", "topk_logprobs"),
-                          ("episode_id", "episode_ids")):
-            batch[key] = [t[name] for t in item_list]
-        return batch
+    def __getitem__(self, i: int) -> tuple[int, TransitionData]:
+        return self.turns[i]
+
+    @staticmethod
+    def collate_fn(turns: list) -> list:
+        return list(turns)
 
 
-def to_token_batch(trajectory: dict, topk: int, pad_id: int) -> tuple[TokenBatch, torch.Tensor, list[list[int]]]:
-    """Oat's collated trajectory dict -> (the shared learner's `TokenBatch`, trained tokens [B, T] bool, the turns
-    of each row), CPU tensors, packed by the shared `collate`: an episode's chat turns (`history=chat`, each
-    prompt extending the last) are one row (`learner.batch.chains`), any other turn a row of its own.
-
-    Oat right-pads `input_ids` [N, T] (prompt + response): turn n's response is input_ids[n, p_n : p_n + L_n],
-    its mu `action_logprobs[n]` ([L_n]). Turns whose `loss_masks` is False are False in the returned mask (the
-    learner drops their tokens from training after any recompute). `advantages` is None unless every item
-    carries one (the learner then computes Oat's Monte-Carlo advantages from the rewards, one row per turn).
-    """
-    ids = trajectory["input_ids"].long()  # [N, T]
-    attn = trajectory["attention_mask"].bool()  # [N, T]
-    advs = trajectory.get("advantages")
-    with_adv = advs is not None and all(a is not None for a in advs)
-    samples = []
-    for b in range(ids.shape[0]):
-        p = int(trajectory["prompt_ids_lens"][b])
-        lp = np.asarray(trajectory["action_logprobs"][b], dtype=np.float32)  # [L]
-        L = lp.shape[0]
-        if p + L != int(attn[b].sum()):
-            raise ValueError(f"row {b}: {p} prompt + {L} response tokens, but {int(attn[b].sum())} attended positions")
-        row = ids[b, : p + L].tolist()
-        samples.append(Sample(
-            prompt_ids=row[:p], response_ids=row[p:], behavior_logprobs=lp,
-            advantage=float(advs[b]) if with_adv else 0.0,
-            topk_ids=trajectory["topk_ids"][b] if topk else None,
-            topk_logprobs=trajectory["topk_logprobs"][b] if topk else None,
-        ))
-    episode_ids = trajectory.get("episode_ids")
-    rows = chains(samples, episode_ids) if with_adv and episode_ids is not None else [[i] for i in range(len(samples))]
+def to_token_batch(turns: Sequence[tuple[int, TransitionData]], topk: int,
+                   pad_id: int) -> tuple[TokenBatch, torch.Tensor, list[list[int]]]:
+    """The learner's (episode, transition) list -> (the shared learner's `TokenBatch`, trained tokens [B, T]
+    bool, the turns of each row), CPU tensors, packed by the shared `collate`: an episode's chat turns
+    (`history=chat`, each prompt extending the last) are one row (`learner.batch.chains`), any other turn a
+    row of its own. Turns whose `loss_mask` is False are False in the returned mask (the learner drops their
+    tokens after any recompute). `advantages` is None unless every turn carries one (the learner then
+    computes Oat's Monte-Carlo advantages from the rewards, one row per turn)."""
+    with_adv = all(getattr(t, "advantage", None) is not None for _, t in turns)
+    samples = [Sample(prompt_ids=list(t.prompt_ids), response_ids=list(t.response_ids),
+                      behavior_logprobs=np.asarray(t.response_logprobs, dtype=np.float32),
+                      advantage=float(t.advantage) if with_adv else 0.0,
+                      topk_ids=getattr(t, "topk_ids", None), topk_logprobs=getattr(t, "topk_logprobs", None))
+               for _, t in turns]
+    rows = chains(samples, [e for e, _ in turns]) if with_adv else [[i] for i in range(len(samples))]
     batch = collate(samples, pad_id, topk, rows=rows)
     if not with_adv:
         batch.advantages = None  # filled by the learner (Oat's Monte-Carlo advantages)
-    trained_turns = torch.tensor([bool(m) for m in trajectory["loss_masks"]] + [False], dtype=torch.bool)  # [N + 1]
+    trained_turns = torch.tensor([bool(t.loss_mask) for _, t in turns] + [False], dtype=torch.bool)  # [N + 1]
     if batch.segment_ids is None:
         trained = trained_turns[:-1][:, None].expand_as(batch.response_mask)  # [B, T], a row per turn
     else:

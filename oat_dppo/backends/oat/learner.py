@@ -4,7 +4,7 @@ Everything around the step stays Oat's (DeepSpeed engine and optimizer, weight s
 LoRA, checkpoints, wandb, the learn() round). The buffer holds whole episodes (`data.py`), traded before a
 round so that the learners' tokens are even (`learn`). One learning step takes the whole buffer:
 
-1. Oat's trajectory dict (a row per turn) -> `TokenBatch` (`data.to_token_batch`), with the actor's
+1. The buffer's turns (`data.EpisodeTurns`) -> `TokenBatch` (`data.to_token_batch`), with the actor's
    advantages, or Oat's Monte-Carlo advantages for plain `TransitionData`.
 2. Only where the strategy anchors on a recomputed pi_old or `--mu-source recompute` replaces mu: one no-grad
    forward. Behavior-anchored strategies (DPPO, ratio clip on pi/mu) skip it: the paper's ~25% saving.
@@ -33,7 +33,7 @@ from oat.model import LLM
 from oat_dppo.agent import EVAL_KEYS, combine_eval
 from oat_dppo.backends.oat import cpu, supervise
 from oat_dppo.backends.oat.args import aggregation_of, resolve_on_node, to_train_config
-from oat_dppo.backends.oat.data import DPPOTransitionDataset, episode_tokens, to_token_batch, turns_of
+from oat_dppo.backends.oat.data import EpisodeTurns, episode_tokens, to_token_batch, turns_of
 from oat_dppo.components import build_trust_region
 from oat_dppo.engine.base import pad_token_id
 from oat_dppo.learner import chunks, needs_pi_old, plan_update, recompute_old_logp, run_update, use_mu_source
@@ -174,7 +174,7 @@ class DPPOLearner(PPOLearner):
         if self.strategy.is_rank_0():
             self._wandb = MetricsFile(Path(self.save_path) / "metrics.jsonl", self._wandb)
             RunDir(self.save_path, create=False).write_config(run_config(args))
-        self.dataset_builder = DPPOTransitionDataset
+        self.dataset_builder = EpisodeTurns
         self.trust_region = build_trust_region(to_train_config(args))
         self.topk = requirements(self.trust_region).topk
         self.trajectory_sequences = requirements(self.trust_region).trajectory_sequences
@@ -222,15 +222,16 @@ class DPPOLearner(PPOLearner):
         return info
 
     # -- the learning step ---------------------------------------------------------------------------
-    def learning_step(self, trajectory):
+    def learning_step(self, turns):
+        """One round's update over `turns`, the buffer's (episode, transition) pairs (`EpisodeTurns`)."""
         args = self.args
         policy = hf_policy(self.model)
         device = next(policy.parameters()).device
         # The batch stays on the host ([B, T, K+1] top-K arrays can be large); micro-batches move.
-        batch, trained, rows = to_token_batch(trajectory, self.topk, pad_token_id(self.tokenizer))
+        batch, trained, rows = to_token_batch(turns, self.topk, pad_token_id(self.tokenizer))
         B, mb = batch.num_rows, args.train_batch_size_per_device
         if batch.advantages is None:  # plain TransitionData: Oat's group Monte-Carlo advantages
-            final = torch.tensor([r[-1] for r in trajectory["rewards"]], dtype=torch.float32)
+            final = torch.tensor([t.rewards[-1] for _, t in turns], dtype=torch.float32)
             batch.advantages = self.compute_monte_carlo_advantages(final[:, None] * args.reward_scale, None)[:, None]
         adv_stats = batch.advantages.detach().float()
 
@@ -249,7 +250,8 @@ class DPPOLearner(PPOLearner):
 
         hooks = _DeepSpeedHooks(self)
         plan, sequence_ids = plan_update(  # Oat's shuffle (and its RNG stream), no sorting: stock Oat's rows
-            trajectory["attention_mask"].sum(-1).tolist(), trajectory["episode_ids"], trajectory_sequences=self.trajectory_sequences,
+            [len(t.prompt_ids) + len(t.response_ids) for _, t in turns], [e for e, _ in turns],
+            trajectory_sequences=self.trajectory_sequences,
             mini_batch_unit=args.mini_batch_unit, epochs=args.num_ppo_epochs, step_rows=mb * hooks.acc_steps,
             micro_rows=mb, permutation=np.random.permutation, sort_by_length=False, chain_of=row_of(rows))
         if sequence_ids is not None:
