@@ -17,7 +17,7 @@ from typing import Optional
 
 import tyro
 
-from oat_dppo.backends import oat as oat_backend  # cheap: Oat itself is imported by launch/main
+from oat_dppo.backends import oat as oat_backend  # cheap: Oat itself is imported by main / program.launch
 from oat_dppo.backends.oat.availability import missing, require
 from oat_dppo import determinism, precheck
 from oat_dppo.cli import fail
@@ -109,7 +109,9 @@ def run(cfg: TrainConfig) -> int:
         if found:
             raise ConfigError("\nerror: ".join(found))
     if choose_backend(cfg) == "oat":
-        return oat_backend.launch(cfg)
+        from oat_dppo.backends.oat.program import launch  # Oat, DeepSpeed, vLLM: only to launch
+
+        return launch(cfg)
     from oat_dppo.backends.local import LocalTrainer, resolve_engine, resolve_engine_dtype  # torch: not for --help
 
     cfg.engine = resolve_engine(cfg)

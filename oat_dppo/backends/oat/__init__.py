@@ -9,7 +9,7 @@
     program.py       Oat's launchpad program (get_program) and its launch
     supervise.py     the launcher's watch over its nodes: how a run ends, and its exit status
 
-Importing this package is cheap (no Oat, no vLLM); `launch` imports them.
+Importing this package is cheap (no Oat, no vLLM); `main` and `program.launch` import them.
 """
 
 from __future__ import annotations
@@ -17,12 +17,6 @@ from __future__ import annotations
 import sys
 
 from oat_dppo.backends.oat.availability import require  # cheap: package metadata only
-
-
-def launch(cfg) -> int:
-    from oat_dppo.backends.oat.program import launch as _launch  # Oat, DeepSpeed, vLLM: only to launch
-
-    return _launch(cfg)
 
 
 def main(argv: list[str]) -> int:
@@ -45,4 +39,4 @@ def main(argv: list[str]) -> int:
     return launch(args, finalized=True)
 
 
-__all__ = ["launch", "main"]
+__all__ = ["main"]

@@ -1,14 +1,11 @@
 """`DPPOActor`: an Oat `PPOActor` that plays GEM episodes with the shared agent loop on vLLM.
 
-Oat calls `step(prompts, ...)` once per learner step with `rollout_batch_size_per_device` placeholder slots
-(`learner._SlotDataset`). Each slot starts `num_samples` (`--group-size`) episodes from one environment
-seed, played by `oat_dppo.agent.play_episodes` (one batched vLLM call per turn, mu and its top-K recorded),
-with advantages from the shared `assign_advantages` (whole groups in one place). One item per episode
-travels (`data.DPPOEpisodeData`, every turn): slots x group size items, which Oat's collector splits
-evenly between the actor's learners, however many turns each holds. Nothing is sampled away, where
-Oat's own multi-turn PPO and GEM's examples subsample turns to a fixed count.
-
-Rollout metrics travel in each item's `info` (which Oat's collector averages into `actor/...`).
+Oat calls `step` once per learner step with `rollout_batch_size_per_device` placeholder slots; each slot
+starts `--group-size` episodes from one environment seed (`oat_dppo.agent.play_episodes`: one batched
+vLLM call per turn, mu and its top-K recorded), advantages from the shared `assign_advantages` over whole
+groups. Every episode travels whole (`data.DPPOEpisodeData`), every turn it played: nothing is sampled
+away, where Oat's multi-turn PPO and GEM's examples subsample turns to a fixed count. Rollout metrics
+travel in each item's `info`, which Oat's collector averages into `actor/...`.
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import replace
 from typing import Sequence
 
 import vllm
@@ -30,6 +28,7 @@ from oat_dppo.backends.oat.data import DPPOEpisodeData, episode_data
 from oat_dppo.components import build_envs, build_trust_region, resolve_template
 from oat_dppo.engine.base import stop_token_ids
 from oat_dppo.engine.vllm import VLLMEngine, max_model_len
+from oat_dppo.envs.presets import family_of
 from oat_dppo.seeds import derive_seed
 from oat_dppo.trust_region import requirements
 
@@ -124,10 +123,6 @@ class DPPOActor(PPOActor):
     def _env_config(self):
         """The run's config, GEM's math grader in a subprocess (`use_mp`) unless chosen: Oat calls `step`
         from a courier thread, where the grader's SIGALRM fails ("signal only works in main thread")."""
-        from dataclasses import replace
-
-        from oat_dppo.envs.presets import family_of
-
         cfg = self.cfg
         if family_of(cfg.env) in ("math", "eval") and not any(o.startswith("use_mp=") for o in cfg.env_option):
             cfg = replace(cfg, env_option=(*cfg.env_option, "use_mp=true"))

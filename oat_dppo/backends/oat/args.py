@@ -1,20 +1,13 @@
 """`DPPOArgs`: Oat's own argument class plus the local backend's options, under the same names.
 
-One command line works on both backends. `class DPPOArgs(PPOArgs, TrainConfig)` inherits Oat's fields
-(`oat.algorithms.ppo.PPOArgs`, which imports vLLM; where it does not import, an empty class, so that
-`--help` still works and a run is refused) and every local option with its local default and help. It
-re-declares only:
-
-* the eleven Oat fields that mean a local option (`OAT_NAMES`: `--pretrain` is `--model`, `--num-samples`
-  is `--group-size`, ...): Oat's field holds the value, the local name is its alias on the command line
-  and an attribute alias (`args.model` reads and writes `args.pretrain`);
-* fields whose default here is the project's (the learning rate, the seed, ...) or is derived from Oat's
-  settings in `finalize` (None).
-
-Local-backend-only options (`LOCAL_ONLY`) parse, so that a local command line runs here, then are ignored
-with a note or refused with a reason. `to_train_config` gives the same run as a `TrainConfig`; `finalize`
-resolves the derived settings and checks the combination; every violation is one `ConfigError` line (exit
-status 2 from the command line).
+`class DPPOArgs(PPOArgs, TrainConfig)`: one command line works on both backends. It inherits Oat's fields
+(where `oat.algorithms.ppo` does not import, an empty class: `--help` still works, a run is refused) and
+every local option with its local default and help, and re-declares only the eleven Oat fields that mean a
+local option (`OAT_NAMES`: Oat's field holds the value, the local name is its alias on the command line
+and as an attribute: `args.model` is `args.pretrain`) and fields whose default is the project's or is
+derived in `finalize` (None). Local-backend-only options (`LOCAL_ONLY`) parse, then are ignored with a note
+or refused with a reason. `to_train_config` gives the run as a `TrainConfig`; `finalize` resolves and
+checks; every violation is one `ConfigError` line (exit status 2).
 """
 
 from __future__ import annotations
@@ -259,14 +252,10 @@ def from_train_config(cfg: TrainConfig):
     return args
 
 
-# ---------------------------------------------------------------------------------------------
-# Resolution and validation
-# ---------------------------------------------------------------------------------------------
-
 
 def learners_per_group(args) -> int:
     """Learner ranks of one node group (one launcher), as `oat.interface.get_program` splits its GPUs
-    (all of them when collocated, else the second half; an odd count shares one GPU)."""
+    (all when collocated, else the second half; an odd count shares one GPU)."""
     return args.gpus if args.collocate else args.gpus - args.gpus // 2
 
 
@@ -335,9 +324,7 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
             args.gamma = preset.gamma
     if args.eval_generate_max_length is None:
         args.eval_generate_max_length = args.generate_max_length
-    # Checkpointed LM-head blocks recompute the head in backward; under ZeRO-3 a *frozen* head (LoRA, or
-    # --trainable-layers) is partitioned again by then, and torch's recompute check fails
-    # (deepspeedai/DeepSpeed#8148; reproduced in tests/test_oat_backend_learner.py).
+    # ZeRO-3 partitions a frozen LM head again before a checkpointed block is recomputed (DeepSpeed#8148)
     frozen = "--lora-rank" if args.lora_rank > 0 else "--trainable-layers" if args.trainable_layers > 0 else None
     frozen_partitioned_head = args.zero_stage == 3 and frozen is not None
     if args.logits_chunk_tokens is None:
@@ -418,10 +405,8 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
 
 
 def resolve_on_node(args, *, cuda: bool) -> list[str]:
-    """Settings that depend on the machine a node runs on, resolved in the node process itself (what the
-    launcher's machine has says nothing about a node's): flash-attention exists only with CUDA; --check-sync
-    auto is on without CUDA (the CPU verification run; its digest reads every weight) and off on GPUs,
-    under ZeRO-3 and with --asynchronous actors. Returns notes."""
+    """Settings that depend on the node's own machine (not the launcher's), resolved in the node: flash-attention
+    needs CUDA; --check-sync auto is on without CUDA, else off (--check-sync's help). Returns notes."""
     notes = []
     if args.flash_attn and not cuda:  # Oat's default
         args.flash_attn = False

@@ -1,23 +1,12 @@
 """Oat 0.2.4's program on a machine without CUDA: stand-ins for its CUDA-only calls.
 
 Where `torch.cuda.is_available()` is False, `apply()` replaces each CUDA-only line on the path of a training
-step with what it means on a CPU; with CUDA it does nothing, so a GPU run is exactly Oat's. No Oat file is
-edited: every process that needs them applies them at run time (the learner and actor modules on import,
-which launchpad's node processes do to unpickle their constructors; the launcher in `program.launch`).
-
-| | Oat 0.2.4 line | on a CPU |
-|---|---|---|
-| P1 | `torch.cuda.set_device(local_rank)` (utils/deepspeed.py:259) | nothing to select |
-| P2 | `torch.cuda.synchronize()` (learners/base.py:273,813,818,826,831; utils/deepspeed.py:575; algorithms/ppo.py:227) | CPU ops are synchronous |
-| P3 | `torch.cuda.current_device()` as the device of reduced tensors (utils/deepspeed.py:592-653) | "cpu" |
-| P4 | `torch.cuda.device_count() >= args.gpus` (args.py:313) | `gpu_slots`: the slots --gpus asks for |
-| P5 | `... % torch.cuda.device_count()` (interface.py:38) | `gpu_slots` (else ZeroDivisionError) |
-| P6 | `backend = "gloo" if collocate else "nccl"` for the weight-sync group (learners/base.py:242; the actor's end, utils/distributed.py:131,140) | gloo |
-| P7 | `WorkerWrap.update_weight` receives into `torch.empty(..., device="cuda")` (utils/distributed.py:171) | a CPU buffer |
-| P8 | DeepSpeed ZeRO-3's `async_op=True` gathers and reduce-scatters, ordered by CUDA streams (DeepSpeed, not Oat) | completed before they return |
-
-Left alone (not on a run's path): `ActorBase.update_rm`, `WorkerWrap.load_gpu` (--vllm-sleep only). Cannot
-exist on a CPU, so not exercised here: NCCL, CUDA IPC (collocated GPU runs), flash-attention, CUDA graphs.
+step with what it means on a CPU (P1-P8, each naming the Oat line it stands in for; listed in docs/oat.md);
+with CUDA it does nothing, so a GPU run is exactly Oat's. No Oat file is edited: every process that needs
+them applies them at run time (the learner and actor modules on import, which launchpad's node processes do
+to unpickle their constructors; the launcher in `program.launch`). Left alone (not on a run's path):
+`ActorBase.update_rm`, `WorkerWrap.load_gpu` (--vllm-sleep). Cannot exist on a CPU: NCCL, CUDA IPC,
+flash-attention, CUDA graphs.
 """
 
 from __future__ import annotations
@@ -44,10 +33,14 @@ def apply() -> bool:
         return False
     if _applied:
         return True
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", torch_extensions_dir())
-    torch.cuda.set_device = _no_device_to_set  # P1
-    torch.cuda.synchronize = _nothing_to_synchronize  # P2
-    torch.cuda.current_device = _cpu_device  # P3
+    # DeepSpeed's JIT-built CPU ops per Python environment (setup/oat_venv.sh builds them once): two environments
+    # sharing torch's per-user default rebuild each other's, and a build killed midway leaves a lock that makes
+    # every later load wait forever.
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+    torch.cuda.set_device = _no_device_to_set  # P1: utils/deepspeed.py:259, nothing to select
+    # P2: learners/base.py:273,813-831, utils/deepspeed.py:575, algorithms/ppo.py:227; CPU ops are synchronous
+    torch.cuda.synchronize = _nothing_to_synchronize
+    torch.cuda.current_device = _cpu_device  # P3: the device of reduced tensors, utils/deepspeed.py:592-653
     _patch_weight_sync()  # P6, P7
     for name in _COLLECTIVES:  # P8
         setattr(torch.distributed, name, _synchronous(getattr(torch.distributed, name)))
@@ -83,13 +76,6 @@ def _synchronous(collective):
     return run
 
 
-def torch_extensions_dir() -> str:
-    """DeepSpeed's JIT-built CPU ops, per Python environment (setup/oat_venv.sh builds them once): two
-    environments sharing torch's per-user default rebuild each other's, and a build killed midway leaves
-    a lock that makes every later load wait forever."""
-    return os.path.join(sys.prefix, "torch_extensions")
-
-
 # One function per stand-in: torch._dynamo keeps rules per torch.cuda function object, and one object
 # under two names trips its duplicate check.
 def _no_device_to_set(device=None) -> None:
@@ -105,7 +91,8 @@ def _cpu_device() -> str:
 
 
 def _gloo_instead_of_nccl(init_process_group):
-    """P6: Oat's `init_process_group(backend=..., ...)` for the learner -> vLLM weight-sync group."""
+    """P6: gloo for Oat's learner -> vLLM weight-sync group, where Oat asks for NCCL unless collocated
+    (learners/base.py:242; the actor's end, utils/distributed.py:131,140)."""
 
     @functools.wraps(init_process_group)
     def wrapped(*args, backend=None, **kwargs):
@@ -148,9 +135,10 @@ def _patch_weight_sync() -> None:
 
 @contextlib.contextmanager
 def gpu_slots(n: int):
-    """P4, P5: inside the block (Oat's argument check and `get_program`, in the launcher only)
-    `torch.cuda.device_count()` answers `n`: on a CPU, --gpus counts process slots, split between
-    actors and learners exactly as Oat splits GPUs. Nothing changes where CUDA is present."""
+    """P4, P5: inside the block (Oat's argument check `device_count() >= args.gpus`, args.py:313, and
+    `get_program`'s `% device_count()`, interface.py:38, in the launcher only) `torch.cuda.device_count()`
+    answers `n`: on a CPU, --gpus counts process slots, split between actors and learners exactly as Oat
+    splits GPUs. Nothing changes where CUDA is present."""
     if cuda_present():
         yield
         return

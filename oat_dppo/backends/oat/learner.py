@@ -1,19 +1,13 @@
 """`DPPOLearner`: Oat's `PPOLearner` whose learning step is the shared trust-region learner loop.
 
-Everything around the step stays Oat's (DeepSpeed engine and optimizer, weight sync to vLLM, collocation,
-LoRA, checkpoints, wandb, the learn() round). The buffer holds whole episodes (`data.py`), traded before a
-round so that the learners' tokens are even (`learn`). One learning step takes the whole buffer:
-
-1. The buffer's turns (`data.EpisodeTurns`) -> `TokenBatch` (`data.to_token_batch`), with the actor's
-   advantages, or Oat's Monte-Carlo advantages for plain `TransitionData`.
-2. Only where the strategy anchors on a recomputed pi_old or `--mu-source recompute` replaces mu: one no-grad
-   forward. Behavior-anchored strategies (DPPO, ratio clip on pi/mu) skip it: the paper's ~25% saving.
-3. The shared loop (`plan_update`, `run_update`) in Oat's order (`np.random.permutation`), as many
-   micro-batches on every rank; DeepSpeed does the backward and steps where `_DeepSpeedHooks` says.
-
-`ppo_clip` with eps_low = eps_high = cliprange, `anchor="recompute"`, `--mu-source recompute` and Oat's
-aggregation reproduces `PPOLearner.learning_step`, with and without `--tis-c` (tests/test_oat_backend_learner.py);
-with the default `--mu-source rollout` the same strategy is MiniRL (paper D.1).
+Around the step everything stays Oat's: DeepSpeed engine and optimizer, weight sync to vLLM, LoRA,
+checkpoints, wandb, the learn() round. The buffer holds whole episodes (`data.py`), traded between ranks
+before a round so that their tokens are even. A learning step takes the whole buffer: its turns packed
+(`data.to_token_batch`); pi_old recomputed only where the strategy anchors on it or `--mu-source recompute`
+(DPPO skips the forward: the paper's ~25% saving); then the shared `plan_update` / `run_update` in Oat's
+order (`np.random.permutation`), as many micro-batches on every rank, DeepSpeed stepping where
+`_DeepSpeedHooks` says. `ppo_clip` with `anchor="recompute"`, `--mu-source recompute` and Oat's aggregation
+reproduces `PPOLearner.learning_step`, with and without `--tis-c` (tests/test_oat_backend_learner.py).
 """
 
 from __future__ import annotations
@@ -54,17 +48,17 @@ SYNC_KEYS = ("sync/logp_max_abs_diff_before", "sync/logp_max_abs_diff_after", "s
 
 
 def hf_policy(model):
-    """The Hugging Face module under Oat's wrappers: `oat.model.LLM` (`.model`) -> DeepSpeed engine
-    (`.module`) -> the transformers model (a PeftModel with LoRA, which forwards `get_decoder` and
-    `get_output_embeddings`). The shared log-prob code calls its decoder and LM head directly."""
+    """The transformers model under Oat's wrappers (`oat.model.LLM.model` -> DeepSpeed engine `.module`; a
+    PeftModel with LoRA, which forwards `get_decoder` and `get_output_embeddings`), whose decoder and LM head
+    the shared log-prob code calls directly."""
     m = model.model if isinstance(model, LLM) else model
     inner = getattr(m, "module", None)  # deepspeed.DeepSpeedEngine
     return inner if isinstance(inner, torch.nn.Module) else m
 
 
 class _SlotDataset(torch.utils.data.Dataset):
-    """Placeholder prompts that only pace Oat's loop (one batch of slots per actor step): episodes start
-    from environment seeds."""
+    """n placeholder prompts, (formatted, raw, reference) as Oat's PromptDataset's, that only pace Oat's
+    loop (a batch of slots per actor step): episodes start from environment seeds."""
 
     def __init__(self, n: int):
         self.n = int(n)
@@ -73,7 +67,7 @@ class _SlotDataset(torch.utils.data.Dataset):
         return self.n
 
     def __getitem__(self, i: int):
-        return "", f"slot {i}", ""  # (formatted prompt, raw prompt, reference), as Oat's PromptDataset
+        return "", f"slot {i}", ""
 
 
 class _DeepSpeedHooks:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from oat_dppo.backends.oat import cpu
-from oat_dppo.backends.oat.args import DPPOArgs, finalize, from_train_config, learners_per_group, oat_validate
+from oat_dppo.backends.oat.args import finalize, from_train_config, learners_per_group, oat_validate
 from oat_dppo.backends.oat.supervise import Stopped, Supervisor
 from oat_dppo.config import ConfigError, TrainConfig
 from oat_dppo.stopping import say, stop_status
@@ -71,8 +71,6 @@ def launch(cfg, *, finalized: bool = False) -> int:
     """Run `cfg` (a `DPPOArgs`, or a `TrainConfig` from `oat_dppo.main.run`) on Oat: this launcher's node
     group, until its last node ended. Returns the exit status (`supervise`)."""
     args = from_train_config(cfg) if isinstance(cfg, TrainConfig) else cfg
-    if not isinstance(args, DPPOArgs):
-        raise TypeError(f"launch() takes a DPPOArgs or a TrainConfig, got {type(cfg).__name__}")
     hint = "a learner also fails when another node group of the run ended" if args.num_groups > 1 else ""
     with Supervisor(failure_hint=hint) as supervisor:
         try:

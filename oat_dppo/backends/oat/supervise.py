@@ -1,15 +1,11 @@
-"""How a launcher of Oat's program ends: the exit status of `oat_dppo.stopping`, every node ended.
+"""How a launcher of Oat's program ends: every node of its group (IPC server, vLLM actors, DeepSpeed
+learners) ended, with `oat_dppo.stopping`'s exit status: 0 once every learner returned from its `run()`, 1
+when a node ended unasked (a crash, the OOM killer, a lost peer group), 128 + n for a stop signal.
 
-One launcher runs one node group (`--group-rank`): its IPC server (plasma), its vLLM actors and its
-DeepSpeed learners, each a process of launchpad's `local_mp`. When `Supervisor.run` returns, every node
-of the group has ended: status 0 once every learner returned from its `run()`, 1 when a node ended while
-nothing asked it to (a crash, the OOM killer, a lost peer group), 128 + n for a stop signal.
-
-Why learners leave a marker: Oat's learner ends the program with `lp.stop()`, a SIGTERM to its launcher
-(the very signal a scheduler sends) that other node groups never get, and launchpad runs each node behind
-a shell pipe that loses its exit status. Here `lp.stop()` does nothing (`finish_without_stop`); a learner
-whose `run()` returned leaves a file named after its node (`report_finished`), and the launcher ends the
-group once every learner left one. A SIGKILLed launcher's nodes end by `stopping`'s watchdog.
+Oat's learner ends the program with `lp.stop()`, a SIGTERM to its launcher (the very signal a scheduler
+sends) that other node groups never get. Here it does nothing (`finish_without_stop`): a learner whose
+`run()` returned leaves a marker file (`run_then_report`), and the launcher ends the group once every
+learner left one. A SIGKILLed launcher's nodes end by `stopping`'s watchdog. See docs/oat.md.
 """
 
 from __future__ import annotations
@@ -31,15 +27,6 @@ FINISHED_DIR_ENV = "OAT_DPPO_FINISHED_DIR"
 EXIT_DONE, EXIT_NODE_FAILED = 0, 1
 
 
-def learner_label(group_rank: int, index: int) -> str:
-    """The node label Oat's `get_program` gives the `index`-th learner of node group `group_rank`."""
-    return f"learner_{group_rank}_{index}"
-
-
-# ---------------------------------------------------------------------------------------------
-# In a learner node
-# ---------------------------------------------------------------------------------------------
-
 
 @contextlib.contextmanager
 def finish_without_stop():
@@ -57,24 +44,16 @@ def finish_without_stop():
         base.lp = real
 
 
-def report_finished(label: str) -> None:
-    """Tell the launcher that learner `label` returned from its `run()` (nothing outside it)."""
-    folder = os.environ.get(FINISHED_DIR_ENV)
-    if folder:
-        Path(folder, f"{label}.finished").touch()
-
-
 def run_then_report(learner, run) -> None:
-    """A learner node's life: `run()` (Oat's `LearnerBase.run`) with `lp.stop()` disarmed, then its marker."""
+    """A learner node's life: `run()` (Oat's `LearnerBase.run`) with `lp.stop()` disarmed, then its marker
+    for the launcher, named after its node (`get_program` labels the i-th learner of group g learner_g_i)."""
     with finish_without_stop():
         run()
-    index = learner.strategy.get_rank() - learner.args.group_rank * learner.args.learner_gpus_per_group
-    report_finished(learner_label(learner.args.group_rank, index))
+    args, folder = learner.args, os.environ.get(FINISHED_DIR_ENV)
+    if folder:  # launched by `Supervisor`
+        index = learner.strategy.get_rank() - args.group_rank * args.learner_gpus_per_group
+        Path(folder, f"learner_{args.group_rank}_{index}.finished").touch()
 
-
-# ---------------------------------------------------------------------------------------------
-# In the launcher
-# ---------------------------------------------------------------------------------------------
 
 
 class Stopped(BaseException):
@@ -102,11 +81,6 @@ class Supervisor:
         self.manager = None  # launchpad's WorkerManager, once lp.launch returned
         self._launching = False
         self._finished_dir: str | None = None
-
-    @property
-    def signal(self) -> signal.Signals | None:
-        """The first stop signal received (None: none)."""
-        return self.stop.first
 
     def __enter__(self) -> "Supervisor":
         self.stop.__enter__()
@@ -141,7 +115,7 @@ class Supervisor:
         # A node that ignores SIGTERM for 10 s is SIGKILLed; by default launchpad then SIGKILLs this process
         # too, and the exit status would say nothing.
         manager._kill_main_thread = False
-        if self.signal is not None:  # it came while the nodes were starting
+        if self.stop.first is not None:  # it came while the nodes were starting
             manager._stop()
         # launchpad's own bookkeeping (0.5.2, pinned): "label/index" -> psutil.Process of each node's wrapper
         label_of = {id(p): name.split("/")[0] for name, procs in manager._active_workers.items() for p in procs}
@@ -157,15 +131,20 @@ class Supervisor:
                 status = self._outcome(learners, {label_of[p] for p in before - alive})
             if not alive:
                 break
-        if status is None:  # cannot be: the poll that saw the last node go decided (kept for safety)
-            status = stop_status(self.signal) if self.signal is not None else EXIT_NODE_FAILED
-        self._say_how_it_ended(status)
+        assert status is not None  # the poll that saw the last node go decided it
+        if status == EXIT_DONE:
+            how = "every learner finished"
+        elif status == EXIT_NODE_FAILED:
+            how = "a node failed"
+        else:
+            how = f"stopped by {self.stop.first.name}" + (" (Ctrl-C)" if self.stop.first == signal.SIGINT else "")
+        say(f"oat_dppo: {how}; every node process has ended (exit status {status})")
         return status
 
     def _outcome(self, learners: set[str], gone: set[str]) -> int | None:
         """The run's exit status once known (stopping the nodes where this launcher must), else None."""
-        if self.signal is not None:
-            return stop_status(self.signal)
+        if self.stop.first is not None:
+            return stop_status(self.stop.first)
         finished = {p.stem for p in Path(self._finished_dir).glob("*.finished")}
         if learners and learners <= finished:  # checked first: a learner leaves its marker, then exits
             self.manager._stop()  # the actors and the IPC server never end by themselves
@@ -179,19 +158,10 @@ class Supervisor:
             return EXIT_NODE_FAILED
         return None
 
-    def _say_how_it_ended(self, status: int) -> None:
-        if status == EXIT_DONE:
-            how = "every learner finished"
-        elif status == EXIT_NODE_FAILED:
-            how = "a node failed"
-        else:
-            how = f"stopped by {self.signal.name}" + (" (Ctrl-C)" if self.signal == signal.SIGINT else "")
-        say(f"oat_dppo: {how}; every node process has ended (exit status {status})")
-
 
 def _alive(manager) -> set[int]:
     return {id(p) for procs in manager._active_workers.values() for p in procs}
 
 
-__all__ = ["EXIT_DONE", "EXIT_NODE_FAILED", "FINISHED_DIR_ENV", "Stopped", "Supervisor", "stop_status",
-           "finish_without_stop", "learner_label", "report_finished"]
+__all__ = ["EXIT_DONE", "EXIT_NODE_FAILED", "FINISHED_DIR_ENV", "Stopped", "Supervisor", "finish_without_stop",
+           "run_then_report"]
