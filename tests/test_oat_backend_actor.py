@@ -317,47 +317,55 @@ def test_actor_episodes_train_the_learner_end_to_end(tok, model):
     assert any(float((p.detach() - before[n]).abs().max()) > 0 for n, p in policy.named_parameters())
 
 
-def test_actor_scores_the_reply_effect_with_vllms_prompt_logprobs(tok, model):
-    """The Oat actor's reply effect: vLLM's prompt log-probs of each move after the real and the changed
-    reply (here the stand-in's, from the same tiny model) give what the learner's model gives."""
+def test_actor_evaluation_hands_the_learner_the_reply_effect_cases_it_scores(tok, model):
+    """The Oat actor plays the held-out episodes and returns their reply-effect cases; the learner scores them
+    with its own model (the weights the actor's vLLM holds after a sync), as the local backend does: the same
+    number, where vLLM's prompt log-probs would have cost a whole prompt's forward per scored move."""
     args = dppo_args(env="smoke:hidden_digit", env_option=["guess=any_char"], response_prefix="", max_turns=4)
     actor = make_actor(args, model, tok)
-    r = actor.evaluate_episodes(list(range(6)))
-    assert r["reply_effect_turns"] > 0 and -1.0 <= r["reply_effect"] <= 1.0
-    env = make_env("smoke:hidden_digit", seed=0, guess="any_char")
-    obs, _ = env.reset(seed=1)
-    obs, _, _, _, info = env.step("3")
-    cf = info["counterfactual"]
-    cases = [Case(actor.prompt.encode(obs)[0], actor.prompt.encode(cf["changed_observation"])[0], tuple(cf["moves"]),
-                  tuple(cf["favoured"]))]
-    vllm_policy = ScoredMovePolicy(lambda pairs: [sum(lp) for lp in actor._continuation_logprobs(pairs)], tok)
-    hf_policy = ModelMovePolicy(model, tok)
-    assert np.allclose(vllm_policy.move_probs([cases[0].prompt], cases[0].moves),
-                       hf_policy.move_probs([cases[0].prompt], cases[0].moves), rtol=1e-4, atol=1e-9)
-    assert reply_effect(vllm_policy, cases) == pytest.approx(reply_effect(hf_policy, cases), abs=1e-6)
-    both = combine_eval([r, {**r, "reply_effect": 1.0, "reply_effect_turns": 3 * r["reply_effect_turns"]}])
-    assert both["reply_effect"] == pytest.approx((r["reply_effect"] + 3.0) / 4)  # weighted by the turns scored
-    assert both["reply_effect_turns"] == 4 * r["reply_effect_turns"]
+    r, cases = actor.evaluate_episodes(list(range(6)))
+    assert cases and all(isinstance(c, Case) for c in cases) and math.isnan(r["reply_effect"])
+    assert r["episodes"] == 6.0 and pickle.loads(pickle.dumps(cases)) == cases  # they travel through Oat's courier
+
+    class Actor:  # Oat's actor handle: `futures.evaluate_episodes` and the eval notifications
+        class futures:  # noqa: N801
+            evaluate_episodes = staticmethod(lambda seeds: mock.Mock(result=lambda: (r, cases)))
+            notify_eval_start = notify_eval_done = staticmethod(lambda *a: mock.Mock(result=lambda: None))
+
+    learner = H.make_stock_learner(args=dppo_args(env="smoke:hidden_digit", env_option=["guess=any_char"],
+                                                  response_prefix="", max_turns=4, eval_episodes=6),
+                                   learner_cls=DPPOLearner, model=copy.deepcopy(model), tokenizer=tok)
+    learner.actors, learner._same_actor_group = [Actor()], None
+    learner.strategy.args.learner_gpus_per_group, learner.pi_beta_lags_behind = 1, False  # set by Oat's program
+    with H.single_process_group():
+        out = learner.evaluate(None, 0)
+    assert out["eval/reply_effect"] == pytest.approx(reply_effect(ModelMovePolicy(model, tok), cases), abs=1e-6)
+    assert out["eval/reply_effect_turns"] == len(cases) and out["eval/episodes"] == 6.0
+    # the actor's vLLM gives the learner's log-probs (here the stand-in's, from the same tiny model)
+    c = cases[0]
+    actor.llm.collective_rpc = lambda *a, **k: ["digest"]  # the stand-in's worker holds no named parameters
+    vllm_policy = ScoredMovePolicy(lambda pairs: [sum(actor.sync_probe(p, m)[0]) for p, m in pairs], tok)
+    assert np.allclose(vllm_policy.move_probs([c.prompt], c.moves), ModelMovePolicy(model, tok).move_probs(
+        [c.prompt], c.moves), rtol=1e-4, atol=1e-9)
 
 
-def test_with_lora_sync_only_every_vllm_call_scores_the_synced_adapter(tok, model):
+def test_with_lora_sync_only_every_vllm_call_names_the_synced_adapter(tok, model):
     """--lora-sync-only: the learner syncs a LoRA adapter, and vLLM applies it only to requests that name it.
-    Sampling, the reply effect's scores and --check-sync's probe (the same scoring call) all name it (the scoring calls once named
-    none, so eval/reply_effect and the sync check scored the base model)."""
+    Sampling and --check-sync's probe both name it (the probe once named none, and checked the base model)."""
     args = dppo_args(env="smoke:hidden_digit", env_option=["guess=any_char"], response_prefix="", max_turns=4)
     actor = make_actor(args, model, tok)
     actor.use_lora_req, actor.lora_path = True, "/runs/x/lora_adapter"
     actor.llm.lora_requests.clear()
-    r = actor.evaluate_episodes(list(range(4)))
-    assert r["reply_effect_turns"] > 0
-    actor._continuation_logprobs([([1, 2, 3], [4, 5])])  # what --check-sync's probe asks
+    actor.evaluate_episodes(list(range(4)))
+    actor.llm.collective_rpc = lambda *a, **k: ["digest"]  # the stand-in's worker holds no named parameters
+    actor.sync_probe([1, 2, 3], [4, 5])
     names = {getattr(req, "lora_name", None) for req in actor.llm.lora_requests}
-    assert len(actor.llm.lora_requests) >= 3 and names == {"lora_adapter"}
+    assert len(actor.llm.lora_requests) >= 2 and names == {"lora_adapter"}
 
 
 def test_actor_evaluation_and_combination(tok, model):
     actor = make_actor(dppo_args(eval_temperature=1.0), model, tok)
-    r = actor.evaluate_episodes([1, 2, 3])
+    r, _ = actor.evaluate_episodes([1, 2, 3])
     assert r["episodes"] == 3.0 and 0.0 <= r["success_rate"] <= 1.0
     both = combine_eval([r, {"episodes": 1.0, **{k: 1.0 for k in r if k != "episodes"}}])
     assert both["episodes"] == 4.0

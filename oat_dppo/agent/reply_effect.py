@@ -20,9 +20,9 @@ Games declare how their replies change as they declare feedback-follow: `changed
 -> str | None` and `reply_moves() -> moves` on the env (HiddenDigit, HigherLower), or `changed` /
 `moves(env)` on the preset's feedback probe (GEM's GuessTheNumber); the adapter puts the result in a
 step's info and the agent loop on the next `Turn.counterfactual`. Evaluations score it with the
-learner's model on the local backend (`ModelMovePolicy`: teacher-forced log-probs, one extra forward
-pass over the evaluated turns, 2 prompts x |M| moves each) and with the actor's vLLM on the Oat backend
-(its prompt log-probs: the policy as the engine samples it, synced to the learner's weights).
+learner's model on both backends (`ModelMovePolicy`: teacher-forced log-probs, each of the 2 prompts of a
+scored turn computed once and its |M| moves on its KV cache); on Oat the actors play the episodes and the
+learner, whose weights the actors' vLLM holds after every sync, scores their cases.
 """
 
 from __future__ import annotations
@@ -93,11 +93,13 @@ def held_out_metrics(episodes: Sequence[Episode], encode: Callable[[str], str],
     scored) where the env declares how its replies change; `move_policy()` builds the scorer only then."""
     from oat_dppo.agent.metrics import episode_metrics  # noqa: PLC0415 (metrics imports nothing of this)
 
-    out = episode_metrics(episodes)
     cases = cases_from_episodes(episodes, encode)
-    if cases:
-        out.update(reply_effect=reply_effect(move_policy(), cases), reply_effect_turns=float(len(cases)))
-    return out
+    return {**episode_metrics(episodes), **scored(cases, move_policy)}
+
+
+def scored(cases: Sequence[Case], move_policy: Callable[[], "MovePolicy"]) -> dict[str, float]:
+    """`reply_effect` and `reply_effect_turns` of `cases` (nothing without cases: no scorer is built)."""
+    return {"reply_effect": reply_effect(move_policy(), cases), "reply_effect_turns": float(len(cases))} if cases else {}
 
 
 PairScorer = Callable[[Sequence[tuple[list[int], list[int]]]], Sequence[float]]
@@ -107,8 +109,8 @@ class ScoredMovePolicy:
     """p(m | x) by teacher forcing: exp of the summed log-probs of the move's tokens after the prompt,
     from `score_pairs([(prompt ids, move ids), ...]) -> [sum of log p(move tokens | prompt), ...]`. A move
     is the action text the env reads: a response prefix pre-filled in the prompt is taken off its front
-    (a move that does not start with it gets weight 0). Scorers: the learner's model
-    (`model_pair_scorer`, the local backend) or the actor's vLLM (prompt log-probs, the Oat backend)."""
+    (a move that does not start with it gets weight 0). The scorer of both backends is the learner's
+    model (`model_pair_scorer`); any other (an engine's prompt log-probs) plugs in the same way."""
 
     def __init__(self, score_pairs: PairScorer, tokenizer, response_prefix: str = ""):
         self.score_pairs, self.tokenizer, self.response_prefix = score_pairs, tokenizer, response_prefix

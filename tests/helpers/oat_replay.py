@@ -60,4 +60,4 @@ def replay_round(run_dir: Path, argv: list[str]) -> Replayed:
     saved = dict(after.named_parameters())
     diff = max(float((p.detach() - saved[n].detach()).abs().max()) for n, p in H.policy_of(learner).named_parameters())
     return Replayed(grad_norm=float(infos["grad_norm"]), max_weight_diff=diff, episodes=len(episodes),
-                    turns=len(batch["episode_ids"]))
+                    turns=len(batch))  # (episode, turn) pairs

@@ -21,7 +21,7 @@ from oat.algorithms.ppo import PPOActor
 from vllm.lora.request import LoRARequest
 
 from oat_dppo.agent import EVAL_KEYS, PromptFormat, assign_advantages, episode_metrics, play_episodes
-from oat_dppo.agent.reply_effect import ScoredMovePolicy, held_out_metrics
+from oat_dppo.agent.reply_effect import Case, cases_from_episodes
 from oat_dppo.backends.oat import cpu
 from oat_dppo.backends.oat.args import to_train_config
 from oat_dppo.backends.oat.data import DPPOEpisodeData, episode_data
@@ -93,22 +93,13 @@ class DPPOActor(PPOActor):
         finally:
             self.generate_mode = False
 
-    def _continuation_logprobs(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[list[float]]:
-        """For each (prompt ids, continuation ids): log mu of each continuation token given what precedes
-        it, from vLLM's prompt log-probs (one generate call over all pairs, with the synced LoRA if any)."""
-        if not pairs:
-            return []
-        params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
-        outs = self._generate_tokens([{"prompt_token_ids": list(p) + list(c)} for p, c in pairs], params)
-        return [[float(out.prompt_logprobs[len(p) + i][tok].logprob) for i, tok in enumerate(c)]
-                for out, (p, c) in zip(outs, pairs)]
-
     def sync_probe(self, prompt_ids: list[int], response_ids: list[int]) -> tuple[list[float], str]:
-        """(log mu of each response token given the prompt, a digest of vLLM's weights): what the
-        learner's --check-sync compares with its own log-probs around a weight sync."""
-        logps = self._continuation_logprobs([(prompt_ids, response_ids)])[0]
-        digests = self.llm.collective_rpc(_weights_checksum)
-        return logps, "/".join(digests)
+        """(log mu of each response token given the prompt, from vLLM's prompt log-probs with the synced LoRA if
+        any; a digest of vLLM's weights): what the learner's --check-sync compares with its own around a sync."""
+        params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+        out = self._generate_tokens([{"prompt_token_ids": list(prompt_ids) + list(response_ids)}], params)[0]
+        logps = [float(out.prompt_logprobs[len(prompt_ids) + i][t].logprob) for i, t in enumerate(response_ids)]
+        return logps, "/".join(self.llm.collective_rpc(_weights_checksum))
 
     # -- environments ------------------------------------------------------------------------------------
     def _envs_for(self, n: int, *, for_eval: bool) -> list:
@@ -166,21 +157,22 @@ class DPPOActor(PPOActor):
         self.steps_done += 1
         return [episode_data(turns, ignore_no_eos=args.ignore_no_eos, info=info) for turns in trained], info
 
-    def evaluate_episodes(self, seeds: Sequence[int]) -> dict[str, float]:
-        """Held-out episodes with Oat's eval sampling (--eval-temperature/top-p/top-k), no top-K."""
+    def evaluate_episodes(self, seeds: Sequence[int]) -> tuple[dict[str, float], list[Case]]:
+        """Held-out episodes with Oat's eval sampling (--eval-temperature/top-p/top-k), no top-K: their metrics and
+        the turns whose reply effect the learner scores (`DPPOLearner.evaluate`). vLLM's prompt log-probs would
+        cost a whole prompt's forward per scored move (a 64-episode GuessTheNumber evaluation: over 30 minutes)."""
         args = self.args
         seeds = [int(s) for s in seeds]
         if not seeds:
-            return {"episodes": 0.0}
+            return {"episodes": 0.0}, []
         episodes, _ = play_episodes(
             self.eval_engine, self._envs_for(len(seeds), for_eval=True), seeds, self.prompt,
             max_new_tokens=args.eval_generate_max_length or args.generate_max_length, topk=0,
             generation_seed=derive_seed(self.seed_base, "oat-eval", self.steps_done),
         )
-        scorer = lambda: ScoredMovePolicy(  # noqa: E731  this actor's vLLM (synced weights)
-            lambda pairs: [sum(lp) for lp in self._continuation_logprobs(pairs)], self.tokenizer, args.response_prefix)
-        m = held_out_metrics(episodes, lambda obs: self.prompt.encode(obs)[0], scorer)
-        return {k: float(m.get(k, math.nan)) for k in EVAL_KEYS}
+        m = episode_metrics(episodes)
+        return {k: float(m.get(k, math.nan)) for k in EVAL_KEYS}, cases_from_episodes(
+            episodes, lambda obs: self.prompt.encode(obs)[0])
 
 
 __all__ = ["DPPOActor", "MAX_ROUNDS"]

@@ -25,6 +25,7 @@ from oat.algorithms.ppo import PPOLearner
 from oat.model import LLM
 
 from oat_dppo.agent import EVAL_KEYS, combine_eval
+from oat_dppo.agent.reply_effect import ModelMovePolicy, scored
 from oat_dppo.backends.oat import cpu, supervise
 from oat_dppo.backends.oat.args import aggregation_of, resolve_on_node, to_train_config
 from oat_dppo.backends.oat.data import EpisodeTurns, episode_tokens, to_token_batch, turns_of
@@ -312,15 +313,18 @@ class DPPOLearner(PPOLearner):
             return {}
         t0 = time.time()
         self._pre_evaluate()
-        result = {k: math.nan for k in EVAL_KEYS}
+        shared = [{k: math.nan for k in EVAL_KEYS}, []]  # (metrics, reply-effect cases), rank 0's for every rank
         if self.strategy.is_rank_0():
             seeds = eval_seeds(args.seed, args.eval_episodes)
             n = len(self.actors)
-            futures = [a.futures.evaluate_episodes(seeds[i::n]) for i, a in enumerate(self.actors) if seeds[i::n]]
-            result = combine_eval([f.result() for f in futures])
+            done = [f.result() for f in [a.futures.evaluate_episodes(seeds[i::n])
+                                         for i, a in enumerate(self.actors) if seeds[i::n]]]
+            shared = [combine_eval([m for m, _ in done]), [c for _, cases in done for c in cases]]
         torch.distributed.barrier(group=self._same_actor_group)
-        torch.distributed.barrier()
-        result = self.strategy.broadcast(result)
+        torch.distributed.broadcast_object_list(shared, src=0)
+        result, cases = shared
+        # Every rank runs the scorer's forwards (ZeRO-3 gathers need all) with the weights the actors sample from.
+        result.update(scored(cases, lambda: ModelMovePolicy(hf_policy(self.model), self.tokenizer, args.response_prefix)))
         self._post_evaluate()
         out = {f"eval/{k}": float(v) for k, v in result.items()}
         out["eval/elapse"] = time.time() - t0
