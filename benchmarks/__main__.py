@@ -22,6 +22,8 @@ BENCHMARKS = {
     "oat-learner": ("benchmarks.oat_learner", "the Oat learner step vs stock Oat PPO, on CPU"),
     "packing": ("benchmarks.packing", "one learner row per chat episode vs one per turn: tokens computed and "
                                           "learner time"),
+    "layouts": ("benchmarks.layouts", "the learner's decoder layouts (padded grid, a forward per row, one packed "
+                                      "sequence) on real turns: padded share and time"),
     "head": ("benchmarks.head", "the LM head in checkpointed blocks: peak memory and time"),
     "mismatch": ("benchmarks.mismatch", "|pi - mu| on the same tokens: engine and learner dtypes (HF copies on any "
                                             "machine, vLLM on a GPU)"),

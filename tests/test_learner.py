@@ -214,17 +214,19 @@ def test_chunked_head_keeps_no_full_logits_for_backward(policy):
 
 
 class ForwardCounter:
-    """Counts the policy's decoder forwards with a real hook, split by whether gradients were on."""
+    """Counts the rows the policy's decoder computed, with a real hook, split by whether gradients were on (rows,
+    not calls: the same count whether a micro-batch runs as one padded call or a call per row)."""
 
     def __init__(self, model):
         self.grad = self.no_grad = 0
-        self.handle = model.get_decoder().register_forward_hook(self._hook)
+        self.handle = model.get_decoder().register_forward_hook(self._hook, with_kwargs=True)
 
-    def _hook(self, module, args, output):
+    def _hook(self, module, args, kwargs, output):
+        rows = kwargs["input_ids"].shape[0]
         if torch.is_grad_enabled():
-            self.grad += 1
+            self.grad += rows
         else:
-            self.no_grad += 1
+            self.no_grad += rows
 
 
 @pytest.mark.parametrize("name, params, recompute", [
@@ -241,7 +243,7 @@ def test_behavior_anchored_strategies_never_recompute(policy, name, params, reco
     learner = Learner(model, make_trust_region(name, **params),
                       LearnerConfig(mini_batch_size=2, micro_batch_size=1, num_ppo_epochs=2), pad_id=0)
     metrics = learner.update(turns, random.Random(0))
-    assert forwards.grad == 2 * 4  # epochs x micro-batches, nothing else
+    assert forwards.grad == 2 * 4  # epochs x micro-batches of one turn, nothing else
     assert forwards.no_grad == (4 if recompute else 0)  # pi_old: one no-grad pass over the 4 turns
     assert metrics["optimizer_steps"] == 4
     assert (metrics["recompute_s"] > 0) == recompute
@@ -337,7 +339,7 @@ def test_mu_source_recompute_uses_pi_old_as_mu(policy):
     m_rec = recompute.update(turns, random.Random(0))
     assert m_roll["ratio_mean"] == pytest.approx(np.exp(0.5), rel=1e-4)
     assert m_rec["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
-    assert (counts[0].no_grad, counts[1].no_grad) == (0, 1) and counts[0].grad == counts[1].grad == 1
+    assert (counts[0].no_grad, counts[1].no_grad) == (0, 4) and counts[0].grad == counts[1].grad == 4  # 4 turns
 
 
 def test_template_end_of_turn_tokens_stop_generation(policy):

@@ -38,6 +38,45 @@ def _decoder_and_head(model):
     return decoder, head
 
 
+#: How the decoder sees a micro-batch's right-padded rows (`sequence_layout`).
+LAYOUTS = ("padded", "rows", "packed")
+
+
+def sequence_layout(model) -> str:
+    """The fastest exact way to run `model`'s decoder over a micro-batch here (benchmarks/packing.py measures):
+
+    * "rows": one forward per row at its own length, no padding and no mask. On a CPU (SmolLM2, 8 rows of
+      180-380 tokens, 71% of the padded grid real): forward + backward 0.69x the padded time, the forward
+      alone 0.35x (the causal kernel without a mask); rows of equal length: the same as padded.
+    * "packed": the rows' real tokens as one sequence whose positions restart at each row; transformers
+      confines attention to each (a varlen kernel under flash-attention). A dense block mask on a CPU made
+      it 1.11x the padded time on the lengths above (attention quadratic in the whole row): offered, not chosen.
+    * "padded": the [B, T] batch with its mask: under DeepSpeed ZeRO-3, whose ranks must run the same number
+      of forwards, and on GPUs (packed under flash-attention is the candidate there, not yet measured)."""
+    p = next(model.parameters(), None)
+    if p is None or hasattr(p, "ds_numel") or p.device.type != "cpu":  # ds_numel: a ZeRO-3-partitioned parameter
+        return "padded"
+    return "rows"
+
+
+def _response_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Tensor, layout: str) -> Tensor:
+    """The hidden states that predict the response tokens at (b_idx, t_idx), i.e. at t - 1: [N, H]. Every layout
+    computes the same values (tests/test_sequence_layout.py); rows are right-padded (`collate`)."""
+    if layout == "padded" or len(b_idx) == 0:  # (no response: one forward, so that the result carries a graph)
+        return decoder(input_ids=ids, attention_mask=attn.long(), use_cache=False).last_hidden_state[b_idx, t_idx - 1]
+    lengths = attn.sum(-1)  # [B]
+    if layout == "rows":  # only the rows with a response, each at its length (b_idx is sorted: row-major)
+        parts = [decoder(input_ids=ids[b: b + 1, : int(lengths[b])], use_cache=False).last_hidden_state[0]
+                 [t_idx[b_idx == b] - 1] for b in b_idx.unique_consecutive().tolist()]
+        return torch.cat(parts)  # [N, H]
+    if layout != "packed":
+        raise ValueError(f"layout {layout!r}: one of {LAYOUTS}")
+    starts = lengths.cumsum(0) - lengths  # [B] each row's first index in the packed sequence
+    positions = torch.cat([torch.arange(int(n), device=ids.device) for n in lengths])  # [sum L]
+    hidden = decoder(input_ids=ids[attn][None], position_ids=positions[None], use_cache=False).last_hidden_state[0]
+    return hidden[starts[b_idx] + t_idx - 1]  # [N, H]
+
+
 def _head_logprobs(head, softcap: float | None, hidden: Tensor, targets: Tensor, topk_ids: Tensor | None,
                    topk_valid: Tensor | None, with_entropy: bool, stats: dict[str, Tensor]) -> Tensor:
     """log pi(target) for one block of response positions: [n, H] -> [n] (grad).
@@ -89,11 +128,12 @@ def _other_logp(probs: Tensor, topk_ids: Tensor, topk_valid: Tensor | None) -> T
 
 
 def policy_logprobs(model, batch: TokenBatch, *, with_topk: bool = False, with_entropy: bool = True,
-                    chunk_tokens: int = 0) -> PolicyLogprobs:
+                    chunk_tokens: int = 0, layout: str | None = None) -> PolicyLogprobs:
     """Forward `batch` through `model` and gather log pi(a_t|s_t) at the response tokens.
 
     `chunk_tokens > 0`: apply the LM head to at most that many response positions at a time,
     checkpointed when gradients are on (see the module docstring). 0: one block.
+    `layout`: how the decoder sees the rows (`LAYOUTS`); None: `sequence_layout(model)`.
     """
     ids, attn, resp = batch.input_ids, batch.attention_mask, batch.response_mask  # [B, T]
     B, T = ids.shape
@@ -106,8 +146,7 @@ def policy_logprobs(model, batch: TokenBatch, *, with_topk: bool = False, with_e
     topk_valid = batch.topk_valid[b_idx, t_idx] if with_topk else None  # [N, S]
     decoder, head = _decoder_and_head(model)
     if decoder is not None and head is not None:
-        hidden = decoder(input_ids=ids, attention_mask=attn.long(), use_cache=False).last_hidden_state  # [B, T, H]
-        inputs = hidden[b_idx, t_idx - 1]  # [N, H]
+        inputs = _response_hidden(decoder, ids, attn, b_idx, t_idx, layout or sequence_layout(model))  # [N, H]
     else:  # a model without the usual split: full logits, then select; the "head" is the identity
         inputs = model(input_ids=ids, attention_mask=attn.long(), use_cache=False).logits[b_idx, t_idx - 1]  # [N, V]
         head = torch.nn.Identity()

@@ -25,16 +25,18 @@ def trust_region_loss(
     num_sequences: float | None = None,
     logits_chunk_tokens: int = 0,
     on_timing: OnTiming | None = None,
+    layout: str | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """One micro-batch: log pi at the response tokens -> trust region -> aggregated loss.
 
     Shared by the local learner and the Oat learner. `num_tokens` / `num_sequences` are the whole
     mini-batch's normalizers, so that accumulating micro-batches equals one big batch.
-    `logits_chunk_tokens`: see `policy_logprobs`. `on_timing`: gets the seconds of "forward" and "trust_region".
+    `logits_chunk_tokens`, `layout`: see `policy_logprobs`. `on_timing`: gets the seconds of "forward" and
+    "trust_region".
     """
     topk = requirements(trust_region).topk
     with timed(on_timing, "forward"):
-        pol = policy_logprobs(model, batch, with_topk=topk > 0, chunk_tokens=logits_chunk_tokens)
+        pol = policy_logprobs(model, batch, with_topk=topk > 0, chunk_tokens=logits_chunk_tokens, layout=layout)
     with timed(on_timing, "trust_region"):
         out = trust_region(
             TrustRegionInputs(

@@ -1,0 +1,109 @@
+"""Benchmark: the learner's decoder layouts on real turns (`learner.logprobs.sequence_layout`).
+
+    python -m benchmarks layouts [--envs game:Sudoku-v0-easy,game:GuessTheNumber-v0-easy] [--episodes 8]
+
+Per environment: SmolLM2 plays `episodes` episodes through the HF engine (GEM's own history: a row per turn);
+the turns are sorted by length and cut into micro-batches of `micro_batch_size` (as the local learner's plan
+sorts them), and every micro-batch runs through `trust_region_loss` (DPPO binary-TV) with each layout:
+"padded" (the [B, T] grid with its mask), "rows" (a forward per row at its own length) and "packed" (one
+sequence, positions restarting per row). Reported: the padded share of the grid's tokens, and seconds per
+pass over all micro-batches for forward + backward (training) and for the forward alone (pi_old recompute,
+evaluation), the fastest of `reps` round-robin repetitions, one thread. Progress on stderr, the table on stdout.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+from oat_dppo.agent import PromptFormat, play_episodes
+from oat_dppo.cli import opt, parse
+from oat_dppo.components import resolve_template
+from oat_dppo.config import TrainConfig
+from oat_dppo.engine.base import stop_token_ids
+from oat_dppo.learner import collate, trust_region_loss
+from oat_dppo.learner.logprobs import LAYOUTS
+from oat_dppo.trust_region import make_trust_region
+
+
+@dataclass
+class Config:
+    envs: str = opt("game:Sudoku-v0-easy,game:GuessTheNumber-v0-easy", "comma-separated environment ids")
+    model: str = opt("smollm2", "policy")
+    episodes: int = opt(8, "episodes played per environment")
+    max_new_tokens: int = opt(12, "response budget per turn")
+    response_prefix: str = opt("\\boxed{", "pre-filled start of every response")
+    trainable_layers: int = opt(6, "top layers trained (as the project's CPU runs)")
+    micro_batch_size: int = opt(8, "turns per micro-batch")
+    reps: int = opt(2, "timed passes per layout, round-robin (fastest reported)")
+    threads: int = opt(1, "torch intra-op threads")
+    seed: int = opt(0, "episode seeds and sampling")
+
+
+def measure(cfg: Config, env_id: str, model, tok) -> dict:
+    from oat_dppo.engine.hf import HFEngine
+    from oat_dppo.envs import make_env
+
+    fmt = PromptFormat(tok, resolve_template(TrainConfig(env=env_id, model=cfg.model), tok), None, cfg.response_prefix)
+    engine = HFEngine(model, tok, stop_token_ids=stop_token_ids(tok, None, fmt.stop_token_ids()))
+    envs = [make_env(env_id, seed=i) for i in range(cfg.episodes)]
+    print(f"{env_id}: playing {cfg.episodes} episodes", file=sys.stderr, flush=True)
+    episodes, _ = play_episodes(engine, envs, [cfg.seed * 1000 + i for i in range(cfg.episodes)], fmt,
+                                max_new_tokens=cfg.max_new_tokens, generation_seed=cfg.seed)
+    for env in envs:
+        env.close()
+    turns = sorted((t for e in episodes if e.error is None for t in e.turns if t.response_ids),
+                   key=lambda t: len(t.prompt_ids) + len(t.response_ids))
+    for i, t in enumerate(turns):
+        t.advantage = 1.0 if i % 2 else -1.0
+    batches = [collate(turns[i: i + cfg.micro_batch_size], 0) for i in range(0, len(turns), cfg.micro_batch_size)]
+    grid = sum(b.input_ids.numel() for b in batches)
+    real = sum(int(b.attention_mask.sum()) for b in batches)
+    tr = make_trust_region("dppo_binary_tv")
+    seconds = {(layout, grad): [] for layout in LAYOUTS for grad in (True, False)}
+    for _ in range(cfg.reps):
+        for layout in LAYOUTS:
+            for grad in (True, False):
+                t0 = time.perf_counter()
+                for b in batches:
+                    with torch.set_grad_enabled(grad):
+                        loss, _ = trust_region_loss(model, b, tr, num_tokens=float(b.num_tokens), layout=layout)
+                    if grad:
+                        loss.backward()
+                model.zero_grad(set_to_none=True)
+                seconds[layout, grad].append(time.perf_counter() - t0)
+                print(f"  {layout} {'fwd+bwd' if grad else 'fwd'}: {seconds[layout, grad][-1]:.1f} s", file=sys.stderr,
+                      flush=True)
+    return {"env": env_id, "turns": len(turns), "batches": len(batches), "padded_share": 1 - real / grid,
+            "seconds": {k: min(v) for k, v in seconds.items()}}
+
+
+def main(argv: list[str]) -> int:
+    cfg = parse(Config, argv, prog="python -m benchmarks layouts", description=__doc__)
+    torch.set_num_threads(cfg.threads)
+    from oat_dppo.models import freeze_all_but_top_layers, load_policy
+
+    model, tok = load_policy(cfg.model, seed=cfg.seed)
+    if cfg.trainable_layers:
+        freeze_all_but_top_layers(model, cfg.trainable_layers)
+    model.eval()
+    rows = [measure(cfg, env, model, tok) for env in cfg.envs.split(",")]
+    print(f"{cfg.model}, {cfg.episodes} episodes per env, turns sorted by length in micro-batches of "
+          f"{cfg.micro_batch_size}, top {cfg.trainable_layers} layers trained, {cfg.threads} thread(s), fastest of "
+          f"{cfg.reps}\n")
+    print("| env | turns | micro-batches | padded share | fwd+bwd s: padded / rows / packed | fwd s: padded / rows / "
+          "packed | rows / padded: fwd+bwd, fwd |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        s = r["seconds"]
+        print(f"| {r['env']} | {r['turns']} | {r['batches']} | {r['padded_share']:.2f} | "
+              + " / ".join(f"{s[k, True]:.2f}" for k in LAYOUTS) + " | " + " / ".join(f"{s[k, False]:.2f}" for k in LAYOUTS)
+              + f" | {s['rows', True] / s['padded', True]:.2f}, {s['rows', False] / s['padded', False]:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
