@@ -19,11 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from oat_dppo.agent import PromptFormat, play_episodes
+from benchmarks.packing import play
 from oat_dppo.cli import opt, parse
-from oat_dppo.components import resolve_template
-from oat_dppo.config import TrainConfig
-from oat_dppo.engine.base import stop_token_ids
 from oat_dppo.learner import collate, trust_region_loss
 from oat_dppo.learner.logprobs import LAYOUTS
 from oat_dppo.trust_region import make_trust_region
@@ -44,17 +41,7 @@ class Config:
 
 
 def measure(cfg: Config, env_id: str, model, tok) -> dict:
-    from oat_dppo.engine.hf import HFEngine
-    from oat_dppo.envs import make_env
-
-    fmt = PromptFormat(tok, resolve_template(TrainConfig(env=env_id, model=cfg.model), tok), None, cfg.response_prefix)
-    engine = HFEngine(model, tok, stop_token_ids=stop_token_ids(tok, None, fmt.stop_token_ids()))
-    envs = [make_env(env_id, seed=i) for i in range(cfg.episodes)]
-    print(f"{env_id}: playing {cfg.episodes} episodes", file=sys.stderr, flush=True)
-    episodes, _ = play_episodes(engine, envs, [cfg.seed * 1000 + i for i in range(cfg.episodes)], fmt,
-                                max_new_tokens=cfg.max_new_tokens, generation_seed=cfg.seed)
-    for env in envs:
-        env.close()
+    episodes = play(cfg, env_id, model, tok)
     turns = sorted((t for e in episodes if e.error is None for t in e.turns if t.response_ids),
                    key=lambda t: len(t.prompt_ids) + len(t.response_ids))
     for i, t in enumerate(turns):

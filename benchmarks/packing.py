@@ -44,19 +44,26 @@ class Config:
     seed: int = opt(0, "episode seeds and sampling")
 
 
-def measure(cfg: Config, env_id: str, model, tok) -> dict:
+def play(cfg, env_id: str, model, tok, **env_options) -> list:
+    """`cfg.episodes` episodes of `env_id` played by `model` through the HF engine (`cfg`: model, episodes,
+    max_new_tokens, response_prefix, seed), with the env's `env_options` (e.g. history="chat")."""
     from oat_dppo.engine.hf import HFEngine
     from oat_dppo.envs import make_env
 
-    tc = TrainConfig(env=env_id, model=cfg.model, env_option=("history=chat",))
+    tc = TrainConfig(env=env_id, model=cfg.model, env_option=tuple(f"{k}={v}" for k, v in env_options.items()))
     fmt = PromptFormat(tok, resolve_template(tc, tok), None, cfg.response_prefix)
     engine = HFEngine(model, tok, stop_token_ids=stop_token_ids(tok, None, fmt.stop_token_ids()))
-    envs = [make_env(env_id, seed=i, history="chat") for i in range(cfg.episodes)]
+    envs = [make_env(env_id, seed=i, **env_options) for i in range(cfg.episodes)]
     print(f"{env_id}: playing {cfg.episodes} episodes", file=sys.stderr, flush=True)
     episodes, _ = play_episodes(engine, envs, [cfg.seed * 1000 + i for i in range(cfg.episodes)], fmt,
                                 max_new_tokens=cfg.max_new_tokens, generation_seed=cfg.seed)
     for env in envs:
         env.close()
+    return episodes
+
+
+def measure(cfg: Config, env_id: str, model, tok) -> dict:
+    episodes = play(cfg, env_id, model, tok, history="chat")
     turns = [t for e in episodes if e.error is None for t in e.turns if t.response_ids]
     episode_ids = [i for i, e in enumerate(episodes) if e.error is None for t in e.turns if t.response_ids]
     for i, t in enumerate(turns):

@@ -136,3 +136,16 @@ def test_packing_benchmark_runs_and_packs_chat_episodes(capsys):
     per_turn_rows, packed_rows = (int(x) for x in cells[4].split(" / "))
     per_turn_tokens, packed_tokens = (float(x) for x in cells[5].split(" / "))
     assert packed_rows == 2 < per_turn_rows == 4 and packed_tokens < per_turn_tokens
+
+
+def test_layouts_benchmark_times_every_layout_on_real_turns(capsys):
+    """`python -m benchmarks layouts` on a tiny model: one row per env, a time for each layout, a padded share."""
+    from benchmarks import layouts
+
+    assert layouts.main(["--model", "tiny-qwen3", "--envs", "smoke:digits", "--episodes", "3", "--reps", "1",
+                         "--trainable-layers", "0", "--max-new-tokens", "4", "--response-prefix", ""]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| smoke:digits")]
+    assert len(row) == 1
+    cells = [c.strip() for c in row[0].strip("|").split("|")]
+    assert int(cells[1]) > 0 and 0.0 <= float(cells[3]) < 1.0
+    assert all(float(x) > 0 for x in cells[4].split(" / ") + cells[5].split(" / "))  # padded / rows / packed
