@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from benchmarks import packing
 from benchmarks.packing import play
 from oat_dppo.cli import opt, parse
 from oat_dppo.learner import collate, trust_region_loss
@@ -27,17 +28,12 @@ from oat_dppo.trust_region import make_trust_region
 
 
 @dataclass
-class Config:
+class Config(packing.Config):
+    """packing's options (model, episodes, budget, prefix, layers, threads, seed) with this benchmark's defaults."""
+
     envs: str = opt("game:Sudoku-v0-easy,game:GuessTheNumber-v0-easy", "comma-separated environment ids")
-    model: str = opt("smollm2", "policy")
-    episodes: int = opt(8, "episodes played per environment")
-    max_new_tokens: int = opt(12, "response budget per turn")
-    response_prefix: str = opt("\\boxed{", "pre-filled start of every response")
-    trainable_layers: int = opt(6, "top layers trained (as the project's CPU runs)")
     micro_batch_size: int = opt(8, "turns per micro-batch")
     reps: int = opt(2, "timed passes per layout, round-robin (fastest reported)")
-    threads: int = opt(1, "torch intra-op threads")
-    seed: int = opt(0, "episode seeds and sampling")
 
 
 def measure(cfg: Config, env_id: str, model, tok) -> dict:
