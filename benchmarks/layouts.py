@@ -5,8 +5,9 @@
 Per environment: SmolLM2 plays `episodes` episodes through the HF engine (GEM's own history: a row per turn);
 the turns are sorted by length and cut into micro-batches of `micro_batch_size` (as the local learner's plan
 sorts them), and every micro-batch runs through `trust_region_loss` (DPPO binary-TV) with each layout:
-"padded" (the [B, T] grid with its mask), "rows" (a forward per row at its own length) and "packed" (one
-sequence, positions restarting per row). Reported: the padded share of the grid's tokens, and seconds per
+"padded" (the [B, T] grid with its mask), "rows" (a forward per row at its own length), "packed" (one
+sequence, positions restarting per row) and "prefix" (the rows' common prefix once, then their rests).
+Reported: the padded share of the grid's tokens, the tokens "prefix" computes per real token, and seconds per
 pass over all micro-batches for forward + backward (training) and for the forward alone (pi_old recompute,
 evaluation), the fastest of `reps` round-robin repetitions, one thread. Progress on stderr, the table on stdout.
 """
@@ -23,7 +24,7 @@ from benchmarks import packing
 from benchmarks.packing import play
 from oat_dppo.cli import opt, parse
 from oat_dppo.learner import collate, trust_region_loss
-from oat_dppo.learner.logprobs import LAYOUTS
+from oat_dppo.learner.logprobs import LAYOUTS, MIN_SHARED_PREFIX, shared_prefix_length
 from oat_dppo.trust_region import make_trust_region
 
 
@@ -45,6 +46,11 @@ def measure(cfg: Config, env_id: str, model, tok) -> dict:
     batches = [collate(turns[i: i + cfg.micro_batch_size], 0) for i in range(0, len(turns), cfg.micro_batch_size)]
     grid = sum(b.input_ids.numel() for b in batches)
     real = sum(int(b.attention_mask.sum()) for b in batches)
+    prefix_computed = 0  # what "prefix" computes: the shared part once, the rests padded to the longest
+    for b in batches:
+        p = shared_prefix_length(b.input_ids, b.attention_mask, b.response_mask.nonzero(as_tuple=True)[1])
+        p = p if p >= MIN_SHARED_PREFIX else 0
+        prefix_computed += p + b.num_rows * (int(b.attention_mask.sum(-1).max()) - p) if p else int(b.attention_mask.sum())
     tr = make_trust_region("dppo_binary_tv")
     seconds = {(layout, grad): [] for layout in LAYOUTS for grad in (True, False)}
     for _ in range(cfg.reps):
@@ -61,6 +67,7 @@ def measure(cfg: Config, env_id: str, model, tok) -> dict:
                 print(f"  {layout} {'fwd+bwd' if grad else 'fwd'}: {seconds[layout, grad][-1]:.1f} s", file=sys.stderr,
                       flush=True)
     return {"env": env_id, "turns": len(turns), "batches": len(batches), "padded_share": 1 - real / grid,
+            "prefix_tokens": prefix_computed / real,
             "seconds": {k: min(v) for k, v in seconds.items()}}
 
 
@@ -77,14 +84,16 @@ def main(argv: list[str]) -> int:
     print(f"{cfg.model}, {cfg.episodes} episodes per env, turns sorted by length in micro-batches of "
           f"{cfg.micro_batch_size}, top {cfg.trainable_layers} layers trained, {cfg.threads} thread(s), fastest of "
           f"{cfg.reps}\n")
-    print("| env | turns | micro-batches | padded share | fwd+bwd s: padded / rows / packed | fwd s: padded / rows / "
-          "packed | rows / padded: fwd+bwd, fwd |")
-    print("|---|---|---|---|---|---|---|")
+    names = " / ".join(LAYOUTS)
+    print(f"| env | turns | micro-batches | padded share | prefix: tokens computed per real token | fwd+bwd s: {names} "
+          f"| fwd s: {names} | fwd+bwd, fwd vs padded: {' / '.join(LAYOUTS[1:])} |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         s = r["seconds"]
-        print(f"| {r['env']} | {r['turns']} | {r['batches']} | {r['padded_share']:.2f} | "
+        print(f"| {r['env']} | {r['turns']} | {r['batches']} | {r['padded_share']:.2f} | {r['prefix_tokens']:.2f} | "
               + " / ".join(f"{s[k, True]:.2f}" for k in LAYOUTS) + " | " + " / ".join(f"{s[k, False]:.2f}" for k in LAYOUTS)
-              + f" | {s['rows', True] / s['padded', True]:.2f}, {s['rows', False] / s['padded', False]:.2f} |")
+              + " | " + " / ".join(f"{s[k, True] / s['padded', True]:.2f}, {s[k, False] / s['padded', False]:.2f}"
+                                   for k in LAYOUTS[1:]) + " |")
     return 0
 
 

@@ -139,7 +139,8 @@ def test_packing_benchmark_runs_and_packs_chat_episodes(capsys):
 
 
 def test_layouts_benchmark_times_every_layout_on_real_turns(capsys):
-    """`python -m benchmarks layouts` on a tiny model: one row per env, a time for each layout, a padded share."""
+    """`python -m benchmarks layouts` on a tiny model: one row per env, a time for each layout, a padded share
+    and the tokens "prefix" computes."""
     from benchmarks import layouts
 
     assert layouts.main(["--model", "tiny-qwen3", "--envs", "smoke:digits", "--episodes", "3", "--reps", "1",
@@ -147,5 +148,6 @@ def test_layouts_benchmark_times_every_layout_on_real_turns(capsys):
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| smoke:digits")]
     assert len(row) == 1
     cells = [c.strip() for c in row[0].strip("|").split("|")]
-    assert int(cells[1]) > 0 and 0.0 <= float(cells[3]) < 1.0
-    assert all(float(x) > 0 for x in cells[4].split(" / ") + cells[5].split(" / "))  # padded / rows / packed
+    assert int(cells[1]) > 0 and 0.0 <= float(cells[3]) < 1.0 and float(cells[4]) > 0
+    times = cells[5].split(" / ") + cells[6].split(" / ")  # padded / rows / packed / prefix, fwd+bwd then fwd
+    assert len(times) == 8 and all(float(x) > 0 for x in times)

@@ -1,6 +1,6 @@
-"""The learner's decoder layouts (`learner.logprobs.sequence_layout`): one forward per row at its own length
-("rows", the CPU default: no padding computed) and one packed sequence with restarting positions ("packed")
-against the right-padded batch ("padded"). Exactness in float32 within 1e-5: per-token log pi, pi on mu's
+"""The learner's decoder layouts (`learner.logprobs.sequence_layout`): the rows' common prefix computed once
+("prefix", the CPU default), one forward per row at its own length ("rows": no padding computed) and one packed
+sequence with restarting positions ("packed") against the right-padded batch ("padded"). Exactness in float32 within 1e-5: per-token log pi, pi on mu's
 top-K and the entropy over random lengths (hypothesis), and the loss and its gradient for every trust region.
 """
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from oat_dppo.learner import collate, policy_logprobs, trust_region_loss
 from oat_dppo.learner.batch import Sample
-from oat_dppo.learner.logprobs import sequence_layout
+from oat_dppo.learner.logprobs import MIN_SHARED_PREFIX, sequence_layout, shared_prefix_length
 from oat_dppo.trust_region import available, make_trust_region, requirements
 from test_learner import policy  # noqa: F401  (the module's tiny-qwen3 fixture)
 
@@ -26,37 +26,40 @@ TOLERANCE = 1e-5
 PACKED = ["packed"] if importlib.util.find_spec("transformers.masking_utils") else []
 
 
-def samples(lengths: list[tuple[int, int]], seed: int = 0, vocab: int = 200) -> list[Sample]:
-    """Rows of (prompt, response) lengths with random ids, mu and mu's top-K (slot K unused)."""
+def samples(lengths: list[tuple[int, int]], seed: int = 0, vocab: int = 200, shared: int = 0) -> list[Sample]:
+    """Rows of (prompt, response) lengths with random ids, mu and mu's top-K (slot K unused); the first `shared`
+    prompt tokens the same in every row (a group's prompt, a game's instructions)."""
     rng = np.random.default_rng(seed)
+    head = rng.integers(1, vocab, shared).tolist()
     out = []
     for p, r in lengths:
         ids = np.tile(rng.choice(vocab, size=K + 1, replace=False), (r, 1))
         ids[:, K] = -1
         lp = np.where(ids >= 0, -1.0 - np.arange(K + 1), -np.inf).astype(np.float32)
-        out.append(Sample(prompt_ids=rng.integers(1, vocab, p).tolist(), response_ids=rng.integers(1, vocab, r).tolist(),
+        out.append(Sample(prompt_ids=head + rng.integers(1, vocab, p).tolist(), response_ids=rng.integers(1, vocab, r).tolist(),
                           behavior_logprobs=rng.uniform(-3, -0.1, r).astype(np.float32), advantage=float(rng.normal()),
                           topk_ids=ids, topk_logprobs=lp))
     return out
 
 
-def test_the_cpu_default_is_one_forward_per_row_and_zero3_keeps_the_padded_batch(policy):
+def test_the_cpu_default_shares_prefixes_and_zero3_keeps_the_padded_batch(policy):
     model, _ = policy
-    assert sequence_layout(model) == "rows"
+    assert sequence_layout(model) == "prefix"
     partitioned = torch.nn.Linear(2, 2)
     partitioned.weight.ds_numel = 4  # what DeepSpeed ZeRO-3 sets on a partitioned parameter
     assert sequence_layout(partitioned) == "padded"
 
 
 @settings(max_examples=12, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 24), st.integers(0, 6)), min_size=1, max_size=5), st.integers(0, 2**16))
-def test_every_layout_gives_the_padded_log_probs(policy, lengths, seed):
+@given(st.lists(st.tuples(st.integers(1, 24), st.integers(0, 6)), min_size=1, max_size=5), st.integers(0, 2**16),
+       st.sampled_from([0, 20]))
+def test_every_layout_gives_the_padded_log_probs(policy, lengths, seed, shared):
     model, _ = policy
     model.eval()
-    batch = collate(samples(lengths, seed), 0, K)
+    batch = collate(samples(lengths, seed, shared=shared), 0, K)
     with torch.no_grad():
         ref = policy_logprobs(model, batch, with_topk=True, layout="padded")
-        for layout in ["rows", *PACKED]:
+        for layout in ["rows", "prefix", *PACKED]:
             got = policy_logprobs(model, batch, with_topk=True, layout=layout)
             resp = batch.response_mask
             assert torch.allclose(got.logp, ref.logp, atol=TOLERANCE), layout
@@ -90,10 +93,38 @@ def test_loss_and_gradient_equal_the_padded_path_for_every_trust_region(policy, 
     model, _ = policy
     model.train()
     tr = make_trust_region(name, **({"topk": K} if requirements(make_trust_region(name)).topk else {}))
-    batch = collate(samples([(12, 4), (3, 6), (20, 1), (7, 3)], seed=1), 0, requirements(tr).topk)
+    batch = collate(samples([(12, 4), (3, 6), (20, 1), (7, 3), (5, 0)], seed=1, shared=20), 0, requirements(tr).topk)
     loss_ref, grads_ref = _loss_and_grads(model, batch, tr, "padded")
-    for layout in ["rows", *PACKED]:
+    for layout in ["rows", "prefix", *PACKED]:
         loss, grads = _loss_and_grads(model, batch, tr, layout)
         assert loss == pytest.approx(loss_ref, abs=TOLERANCE), layout
         assert grads.keys() == grads_ref.keys()
         assert max(float((grads[n] - grads_ref[n]).abs().max()) for n in grads) < TOLERANCE, layout
+
+
+def test_a_shared_prefix_is_computed_once(policy):
+    """Three rows with a response share 20 prompt tokens: one forward of them, then the three rests in one batch
+    (the row without a response is not computed); rows sharing too little run one by one."""
+    model, _ = policy
+    calls = []
+    hook = model.get_decoder().register_forward_hook(lambda m, a, kw, out: calls.append(kw["input_ids"].shape),
+                                                     with_kwargs=True)
+    try:
+        with torch.no_grad():
+            policy_logprobs(model, collate(samples([(5, 2), (9, 0), (3, 1), (8, 3)], shared=20), 0), layout="prefix")
+            shared = list(calls)
+            calls.clear()
+            policy_logprobs(model, collate(samples([(5, 2), (3, 1)], shared=MIN_SHARED_PREFIX - 1), 0), layout="prefix")
+    finally:
+        hook.remove()
+    assert shared == [torch.Size([1, 20]), torch.Size([3, 8 + 3])]  # the prefix, then rests up to 8 + 3 tokens
+    assert calls == [torch.Size([1, MIN_SHARED_PREFIX - 1 + 5 + 2]), torch.Size([1, MIN_SHARED_PREFIX - 1 + 3 + 1])]
+
+
+def test_the_shared_prefix_stops_before_the_first_predicted_token():
+    ids = torch.tensor([[1, 2, 3, 4, 5], [1, 2, 3, 4, 6], [1, 2, 3, 4, 0]])
+    attn = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 1], [1, 1, 1, 1, 0]], dtype=torch.bool)
+    assert shared_prefix_length(ids, attn, torch.tensor([4, 4, 3])) == 2  # position 2 predicts row 2's token 3
+    assert shared_prefix_length(ids, attn, torch.tensor([4, 4, 4])) == 3
+    assert shared_prefix_length(ids[:2], attn[:2], torch.tensor([4, 4])) == 3
+    assert shared_prefix_length(ids[:2], attn[:2], torch.tensor([], dtype=torch.long)) == 0

@@ -39,11 +39,14 @@ def _decoder_and_head(model):
 
 
 #: How the decoder sees a micro-batch's right-padded rows (`sequence_layout`).
-LAYOUTS = ("padded", "rows", "packed")
+LAYOUTS = ("padded", "rows", "packed", "prefix")
+
+#: "prefix" computes a micro-batch's common prefix once when it is at least this long, else runs "rows".
+MIN_SHARED_PREFIX = 16
 
 
 def sequence_layout(model) -> str:
-    """The fastest exact way to run `model`'s decoder over a micro-batch here (benchmarks/packing.py measures):
+    """The fastest exact way to run `model`'s decoder over a micro-batch here (`python -m benchmarks layouts`):
 
     * "rows": one forward per row at its own length, no padding and no mask. On a CPU (SmolLM2, 8 rows of
       180-380 tokens, 71% of the padded grid real): forward + backward 0.69x the padded time, the forward
@@ -52,12 +55,45 @@ def sequence_layout(model) -> str:
     * "packed": the rows' real tokens as one sequence whose positions restart at each row; transformers
       confines attention to each (a varlen kernel under flash-attention). A dense block mask on a CPU made
       it 1.11x the padded time on the lengths above (attention quadratic in the whole row): offered, not chosen.
+    * "prefix": the rows' longest common prefix (a group's prompt; the instructions every turn of a game
+      repeats) computed once, then every row's rest as a padded batch attending to it through the KV cache;
+      "rows" where the shared part is short (`MIN_SHARED_PREFIX`) or a single row. The CPU default: on the
+      local learner's micro-batches of Sudoku and GuessTheNumber turns, forward + backward 0.51x / 0.55x the
+      padded time (0.39 / 0.62 of the real tokens computed). Not under ZeRO-3 (its ranks must run the same
+      forwards) and not yet measured on a GPU.
     * "padded": the [B, T] batch with its mask: under DeepSpeed ZeRO-3, whose ranks must run the same number
       of forwards, and on GPUs (packed under flash-attention is the candidate there, not yet measured)."""
     p = next(model.parameters(), None)
     if p is None or hasattr(p, "ds_numel") or p.device.type != "cpu":  # ds_numel: a ZeRO-3-partitioned parameter
         return "padded"
-    return "rows"
+    return "prefix"
+
+
+def shared_prefix_length(ids: Tensor, attn: Tensor, t_idx: Tensor) -> int:
+    """Tokens every row of `ids` [R, T] (real where `attn`) starts with, short of the first position whose hidden
+    state predicts a response token (min `t_idx` - 1): the part `_prefix_hidden` computes once."""
+    agree = ((ids == ids[:1]) & attn & attn[:1]).all(0)  # [T]
+    run = int(agree.int().cumprod(0).sum())
+    return max(0, min(run, int(t_idx.min()) - 1)) if len(t_idx) else 0
+
+
+def _prefix_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Tensor, prefix: int) -> Tensor:
+    """`_response_hidden` with the rows' first `prefix` tokens (the same in every row) computed once: [N, H].
+
+    The prefix's keys and values (a batch of one, with their graph) are repeated to the R rows with a response,
+    whose rests run as one right-padded [R, S] batch at positions prefix.. (the cache's length), attending to the
+    prefix and causally to themselves. The backward sums each row's gradient into the one prefix forward."""
+    from transformers import DynamicCache
+
+    rows = b_idx.unique_consecutive()  # [R] rows with a response (b_idx is row-major)
+    ids, attn = ids[rows], attn[rows]  # [R, T]
+    rest = int(attn.sum(-1).max()) - prefix
+    cache = DynamicCache()
+    decoder(input_ids=ids[:1, :prefix], past_key_values=cache, use_cache=True)
+    cache.batch_repeat_interleave(len(rows))
+    hidden = decoder(input_ids=ids[:, prefix: prefix + rest], attention_mask=attn[:, : prefix + rest].long(),
+                     past_key_values=cache, use_cache=True).last_hidden_state  # [R, S, H]
+    return hidden[torch.searchsorted(rows, b_idx), t_idx - 1 - prefix]  # [N, H]
 
 
 def _response_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Tensor, layout: str) -> Tensor:
@@ -65,6 +101,17 @@ def _response_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: T
     computes the same values (tests/test_sequence_layout.py); rows are right-padded (`collate`)."""
     if layout == "padded" or len(b_idx) == 0:  # (no response: one forward, so that the result carries a graph)
         return decoder(input_ids=ids, attention_mask=attn.long(), use_cache=False).last_hidden_state[b_idx, t_idx - 1]
+    if layout == "prefix":
+        rows = b_idx.unique_consecutive()
+        # (transformers turns the cache off under gradient checkpointing in training)
+        checkpointing = decoder.training and getattr(decoder, "gradient_checkpointing", False)
+        # (a sliding window shorter than the rows would need the cache's sliding layers: not verified)
+        window = getattr(getattr(decoder, "config", None), "sliding_window", None) or ids.shape[1]
+        plain = not checkpointing and window >= ids.shape[1]
+        prefix = shared_prefix_length(ids[rows], attn[rows], t_idx) if len(rows) > 1 and plain else 0
+        if prefix >= MIN_SHARED_PREFIX:
+            return _prefix_hidden(decoder, ids, attn, b_idx, t_idx, prefix)
+        layout = "rows"
     lengths = attn.sum(-1)  # [B]
     if layout == "rows":  # only the rows with a response, each at its length (b_idx is sorted: row-major)
         parts = [decoder(input_ids=ids[b: b + 1, : int(lengths[b])], use_cache=False).last_hidden_state[0]
