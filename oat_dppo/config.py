@@ -219,6 +219,13 @@ class TrainConfig:
         None,
         "Discount over turns (default: the environment's preset: 0.9 for games, 1.0 otherwise).",
     )
+    episode_balance: bool = opt(
+        False,
+        "Each episode's trained turns share one episode's weight: a turn's advantage is divided by its "
+        "episode's turns and multiplied by the batch's mean turns per episode (the scale stays). Without it a "
+        "game that ends at a win weighs less than the losses that play every turn, so a group's advantages sum "
+        "below zero and the update pushes sampled moves down on balance (docs/warm_start.md).",
+    )
 
     # ---- warm start ----------------------------------------------------------------------------
     warm_start: Optional[str] = opt(

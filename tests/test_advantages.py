@@ -173,3 +173,33 @@ def test_the_command_line_offers_every_mode():
     from oat_dppo.config import AdvantageMode
 
     assert AdvantageMode.__args__ == ADVANTAGE_MODES
+
+
+def test_episode_balance_weighs_every_episode_the_same_by_hand():
+    """A group of one win at the first turn and one loss after four: the group's advantages +-1 (group_norm)
+    sum to 1 - 4 = -3 over the turns; balanced, each turn of an episode of n turns carries n_mean / n = 2.5 / n of
+    its advantage, and the turns sum to 0."""
+    def game():
+        return [episode(0, [1.0]), episode(0, [0.0, 0.0, 0.0, 0.0])]
+
+    plain, balanced = game(), game()
+    assign_advantages(plain, "group_norm", gamma=1.0)
+    assign_advantages(balanced, "group_norm", gamma=1.0, episode_balance=True)
+    assert sum(advantages(plain), []) == pytest.approx([1.0] + [-1.0] * 4, abs=1e-5)
+    assert sum(map(sum, advantages(plain))) == pytest.approx(-3.0, abs=1e-4)
+    assert sum(advantages(balanced), []) == pytest.approx([2.5] + [-2.5 / 4] * 4, abs=1e-5)
+    assert sum(map(sum, advantages(balanced))) == pytest.approx(0.0, abs=1e-4)
+
+
+def test_episode_balance_counts_only_trained_turns_and_keeps_equal_lengths_as_they_are():
+    even = [episode(0, [1.0, 0.0]), episode(0, [0.0, 0.0])]
+    ref = [episode(0, [1.0, 0.0]), episode(0, [0.0, 0.0])]
+    assign_advantages(even, "gigpo", gamma=0.9, episode_balance=True)
+    assign_advantages(ref, "gigpo", gamma=0.9)
+    assert sum(advantages(even), []) == pytest.approx(sum(advantages(ref), []))
+    untrained = [episode(0, [1.0, 0.0]), episode(0, [0.0, 0.0])]
+    untrained[0].turns[1].response_ids = []  # a turn the engine gave no token (not trained)
+    assign_advantages(untrained, "group_norm", gamma=1.0, episode_balance=True)
+    # n = 1 and 2, mean 1.5: the first episode's trained turn carries 1.5x its advantage, the second 0.75x
+    assert advantages(untrained)[0][0] == pytest.approx(1.5 * 1.0, abs=1e-5)
+    assert advantages(untrained)[1] == pytest.approx([0.75 * -1.0] * 2, abs=1e-5)

@@ -28,7 +28,7 @@ def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
 
 
 def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_norm", gamma: float = 1.0,
-                      eps: float = 1e-6) -> None:
+                      eps: float = 1e-6, episode_balance: bool = False) -> None:
     """Set `turn.ret` and `turn.advantage` on the trainable turns of `episodes` (in place).
 
     batch_norm:    (G_t - mean G) / std G over every turn of the batch (GEM's Oat examples).
@@ -51,10 +51,27 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
     they did (docs/results.md, "Why the format broke"). `group_episode` credits every turn with its
     episode's outcome relative to its group.
     Episodes with an env error carry no turns to train and are ignored.
+
+    `episode_balance`: every advantage of an episode of n trained turns is multiplied by n_mean / n (n_mean: the
+    batch's mean), so that each episode weighs the same in the loss, however many turns it played. Without it
+    sum_turns A = sum_episodes n_e A_e, which is negative wherever the failures play longer than the
+    successes (a game that ends at a win): on balance the update pushes its sampled moves down, and the
+    probability it frees goes to moves nobody sampled (measured on GuessTheNumber: docs/warm_start.md).
     """
     if mode not in ADVANTAGE_MODES:
         raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}")
     live = [e for e in episodes if e.error is None and e.turns]
+    _assign(live, mode, gamma, eps)
+    if episode_balance:
+        trained = [sum(1 for t in e.turns if t.response_ids) for e in live]
+        n_mean = float(np.mean([n for n in trained if n])) if any(trained) else 0.0
+        for e, n in zip(live, trained):
+            for t in e.turns:
+                t.advantage = float(t.advantage * n_mean / n) if n else t.advantage
+
+
+def _assign(live: Sequence[Episode], mode: AdvantageMode, gamma: float, eps: float) -> None:
+    """`assign_advantages` without the balance."""
     for e in live:
         for t, g in zip(e.turns, discounted_returns([t.reward for t in e.turns], gamma)):
             t.ret = g

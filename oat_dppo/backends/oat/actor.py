@@ -140,7 +140,7 @@ class DPPOActor(PPOActor):
                 max_new_tokens=args.generate_max_length, topk=self.topk,
                 generation_seed=derive_seed(self.seed_base, "oat-gen", actor_id, self.steps_done, rounds),
             )
-            assign_advantages(episodes, args.advantage, gamma=args.gamma)
+            assign_advantages(episodes, args.advantage, gamma=args.gamma, episode_balance=args.episode_balance)
             trained = [[t for t in e.turns if t.response_ids] if e.error is None else [] for e in episodes]
             errors += stats.error_messages
             if any(trained):
