@@ -128,3 +128,17 @@ def test_the_shared_prefix_stops_before_the_first_predicted_token():
     assert shared_prefix_length(ids, attn, torch.tensor([4, 4, 4])) == 3
     assert shared_prefix_length(ids[:2], attn[:2], torch.tensor([4, 4])) == 3
     assert shared_prefix_length(ids[:2], attn[:2], torch.tensor([], dtype=torch.long)) == 0
+
+
+def test_each_layout_reports_the_tokens_its_decoder_computed(policy):
+    """Rows of 20 shared + (5, 9, 3, 8) prompt tokens and (2, 0, 1, 3) response tokens: the padded grid computes
+    4 x 31, "rows" the three rows with a response (27 + 24 + 31), "prefix" the 20 shared tokens once and the three
+    rests padded to 11; `trust_region_loss` reports the ratio to the trained tokens."""
+    model, _ = policy
+    batch = collate(samples([(5, 2), (9, 0), (3, 1), (8, 3)], shared=20), 0)
+    with torch.no_grad():
+        computed = {layout: policy_logprobs(model, batch, layout=layout).computed_tokens
+                    for layout in ["padded", "rows", "prefix"]}
+        _, metrics = trust_region_loss(model, batch, make_trust_region("dppo_binary_tv"), layout="prefix")
+    assert computed == {"padded": 4 * 31, "rows": 27 + 24 + 31, "prefix": 20 + 3 * 11}
+    assert metrics["decoder_tokens_per_token"] == pytest.approx((20 + 3 * 11) / 6)

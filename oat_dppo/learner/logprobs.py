@@ -29,6 +29,7 @@ class PolicyLogprobs:
     entropy: Tensor  # [B, T] float32, detached entropy of pi at response positions
     # [B, T] float32, detached log pi of the mass outside the valid top-K slots (with topk_logp)
     topk_other_logp: Tensor | None = None
+    computed_tokens: int = 0  # token positions the decoder computed (padding and shared prefixes as computed)
 
 
 def _decoder_and_head(model):
@@ -77,7 +78,7 @@ def shared_prefix_length(ids: Tensor, attn: Tensor, t_idx: Tensor) -> int:
     return max(0, min(run, int(t_idx.min()) - 1)) if len(t_idx) else 0
 
 
-def _prefix_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Tensor, prefix: int) -> Tensor:
+def _prefix_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Tensor, prefix: int) -> tuple[Tensor, int]:
     """`_response_hidden` with the rows' first `prefix` tokens (the same in every row) computed once: [N, H].
 
     The prefix's keys and values (a batch of one, with their graph) are repeated to the R rows with a response,
@@ -93,14 +94,16 @@ def _prefix_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Ten
     cache.batch_repeat_interleave(len(rows))
     hidden = decoder(input_ids=ids[:, prefix: prefix + rest], attention_mask=attn[:, : prefix + rest].long(),
                      past_key_values=cache, use_cache=True).last_hidden_state  # [R, S, H]
-    return hidden[torch.searchsorted(rows, b_idx), t_idx - 1 - prefix]  # [N, H]
+    return hidden[torch.searchsorted(rows, b_idx), t_idx - 1 - prefix], prefix + hidden.shape[0] * hidden.shape[1]
 
 
-def _response_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Tensor, layout: str) -> Tensor:
-    """The hidden states that predict the response tokens at (b_idx, t_idx), i.e. at t - 1: [N, H]. Every layout
-    computes the same values (tests/test_sequence_layout.py); rows are right-padded (`collate`)."""
+def _response_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Tensor, layout: str) -> tuple[Tensor, int]:
+    """The hidden states that predict the response tokens at (b_idx, t_idx), i.e. at t - 1: [N, H], and the number of
+    token positions the decoder computed for them. Every layout computes the same values
+    (tests/test_sequence_layout.py); rows are right-padded (`collate`)."""
     if layout == "padded" or len(b_idx) == 0:  # (no response: one forward, so that the result carries a graph)
-        return decoder(input_ids=ids, attention_mask=attn.long(), use_cache=False).last_hidden_state[b_idx, t_idx - 1]
+        hidden = decoder(input_ids=ids, attention_mask=attn.long(), use_cache=False).last_hidden_state
+        return hidden[b_idx, t_idx - 1], ids.numel()
     if layout == "prefix":
         rows = b_idx.unique_consecutive()
         # (transformers turns the cache off under gradient checkpointing in training)
@@ -116,13 +119,13 @@ def _response_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: T
     if layout == "rows":  # only the rows with a response, each at its length (b_idx is sorted: row-major)
         parts = [decoder(input_ids=ids[b: b + 1, : int(lengths[b])], use_cache=False).last_hidden_state[0]
                  [t_idx[b_idx == b] - 1] for b in b_idx.unique_consecutive().tolist()]
-        return torch.cat(parts)  # [N, H]
+        return torch.cat(parts), int(lengths[b_idx.unique_consecutive()].sum())  # [N, H]
     if layout != "packed":
         raise ValueError(f"layout {layout!r}: one of {LAYOUTS}")
     starts = lengths.cumsum(0) - lengths  # [B] each row's first index in the packed sequence
     positions = torch.cat([torch.arange(int(n), device=ids.device) for n in lengths])  # [sum L]
     hidden = decoder(input_ids=ids[attn][None], position_ids=positions[None], use_cache=False).last_hidden_state[0]
-    return hidden[starts[b_idx] + t_idx - 1]  # [N, H]
+    return hidden[starts[b_idx] + t_idx - 1], int(lengths.sum())  # [N, H]
 
 
 def _head_logprobs(head, softcap: float | None, hidden: Tensor, targets: Tensor, topk_ids: Tensor | None,
@@ -194,9 +197,10 @@ def policy_logprobs(model, batch: TokenBatch, *, with_topk: bool = False, with_e
     topk_valid = batch.topk_valid[b_idx, t_idx] if with_topk else None  # [N, S]
     decoder, head = _decoder_and_head(model)
     if decoder is not None and head is not None:
-        inputs = _response_hidden(decoder, ids, attn, b_idx, t_idx, layout or sequence_layout(model))  # [N, H]
+        inputs, computed = _response_hidden(decoder, ids, attn, b_idx, t_idx, layout or sequence_layout(model))  # [N, H]
     else:  # a model without the usual split: full logits, then select; the "head" is the identity
         inputs = model(input_ids=ids, attention_mask=attn.long(), use_cache=False).logits[b_idx, t_idx - 1]  # [N, V]
+        computed = ids.numel()
         head = torch.nn.Identity()
     softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
 
@@ -228,4 +232,5 @@ def policy_logprobs(model, batch: TokenBatch, *, with_topk: bool = False, with_e
         topk_logp[b_idx, t_idx] = torch.cat(topk_parts)  # [N, S]
         topk_other_logp = torch.full((B, T), float("-inf"), device=ids.device)
         topk_other_logp[b_idx, t_idx] = torch.cat(other_parts)  # [N]
-    return PolicyLogprobs(logp=logp, topk_logp=topk_logp, entropy=entropy, topk_other_logp=topk_other_logp)
+    return PolicyLogprobs(logp=logp, topk_logp=topk_logp, entropy=entropy, topk_other_logp=topk_other_logp,
+                          computed_tokens=computed)

@@ -57,6 +57,8 @@ def trust_region_loss(
     metrics = dict(out.metrics)
     ent = pol.entropy[batch.response_mask]
     metrics["entropy"] = float(ent.mean()) if ent.numel() else math.nan
+    # (token-weighted across micro-batches: the whole update's decoder tokens per trained token)
+    metrics["decoder_tokens_per_token"] = pol.computed_tokens / ent.numel() if ent.numel() else math.nan
     return loss, metrics
 
 
