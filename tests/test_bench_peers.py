@@ -299,24 +299,28 @@ def test_trl_steps_refuse_hooks_that_did_not_each_see_every_step():
         peers.trl_steps(dict(marks, reward_in=[2.0, 20.0], reward_out=[2.5, 21.0]), 2)
 
 
-def _result(gen: float, learn: float, prompts: str = "abc", peak_kib: int = 1024 * 1000) -> dict:
+def _result(gen: float, learn: float, prompts: str = "abc", peak_kib: int = 1024 * 1000, **extra) -> dict:
     step = dict(generate=gen, learn=learn, total=gen + learn + 1, gen_tokens=500, trained_tokens=3000, sequences=64,
-                cpu=(gen + learn) / 2)
+                cpu=(gen + learn) / 2, **extra)
     return dict(steps=[dict(step, total=999.0), step, step], prompts=prompts, peak_kib=peak_kib)
 
 
 def test_tables_give_ratios_to_trl_and_flag_the_target():
     cfg = peers.Config(sides="trl,local-hf,local-vllm,oat-stock", steps=2, warmup=1)
-    results = {"trl": _result(10, 48), "local-hf": _result(10, 18), "local-vllm": _result(5, 40, "other"),
-               "oat-stock": "not measured: run `x`"}
+    results = {"trl": _result(10, 48), "local-hf": _result(10, 10, decoder_per_token=3.14),
+               "local-vllm": _result(5, 40, "other"), "oat-stock": "not measured: run `x`"}
     text = peers.format_tables(results, cfg, (1.0, 2.0))
     measured, ratios = text.split("Each as a ratio to TRL's")
     rows = {line.split(" | ")[0].strip("| "): line for line in ratios.splitlines() if line.startswith("| ")}
-    # the warm-up step (total 999) is left out; TRL's total 59 over local's 29: 2.03 steps/s ratio, target met
+    # the warm-up step (total 999) is left out; TRL's total 59 over local's 21: 2.81 steps/s ratio, target met
     local = rows[peers.LABELS["local-hf"]]
-    assert "**2.03**" in local and "**2.07**" in local  # wall 59 / 29; CPU time 29 / 14
-    assert ">= 1.5 (wall ok, CPU ok)" in local
+    assert "**2.81**" in local and "**2.90**" in local  # wall 59 / 21; CPU time 29 / 10
+    assert ">= 2.5 (wall ok, CPU ok)" in local
+    assert ">= 3.5 (wall MISSED, CPU MISSED)" in rows[peers.LABELS["local-vllm"]]  # 59 / 46
     assert "not measured: run `x`" in text
     assert "DIFFER" in text  # one side reported other prompt texts
     trl = next(line for line in measured.splitlines() if line.startswith(f"| {peers.LABELS['trl']}"))
     assert "39.1 + 7.8" in trl  # tokens per sequence: (3000 - 500) / 64 + 500 / 64
+    assert trl.rstrip(" |").endswith(">= 6.0")  # TRL's real tokens per completion token, (39.1 + 7.8) / 7.8
+    local_measured = next(line for line in measured.splitlines() if line.startswith(f"| {peers.LABELS['local-hf']}"))
+    assert local_measured.rstrip(" |").endswith("3.1")  # the learner's own count
