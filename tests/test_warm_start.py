@@ -203,3 +203,36 @@ def test_seeded_demonstrators_repeat(tiny):
     a = [t.response_text for e in play("random_reader", GTN, tok, 6, seed=3) for t in e.turns]
     b = [t.response_text for e in play("random_reader", GTN, tok, 6, seed=3) for t in e.turns]
     assert a == b  # same seed, same demonstrations
+
+
+def test_no_episode_is_sampled_with_the_same_request_seed_at_two_turns(tiny):
+    """vLLM seeds request i of a call with seed + i (`VLLMEngine.requests`, the real parameters), and an episode's
+    place in the call moves down as earlier episodes end. Played by the bisector (games end at turns 1-4), every
+    episode's requests must carry a new seed at every turn: the old per-turn seed (generation_seed * 1000 + turn)
+    gave an episode one place down its previous turn's seed, hence the same noise (the same guess, mostly)."""
+    from oat_dppo.engine.vllm import VLLMEngine
+
+    _, tok = tiny
+    prompt = PromptFormat(tok, "chatml")
+    scripted = ScriptedEngine(DEMONSTRATORS["bisect"], prompt, end_of_turn_ids(prompt), seed=0)
+    params = VLLMEngine(lambda prompts, p: [], dict, temperature=1.0, top_p=1.0, top_k=-1, max_context=4096,
+                        stop_token_ids=[0])
+    seen: list[list[int]] = []  # per call: the seed of each request, in the call's order
+
+    class Recording:
+        def generate(self, prompt_ids, max_new_tokens, topk=0, *, seed=None, temperature=None):
+            seen.append([p["seed"] for p in params.requests(prompt_ids, max_new_tokens, topk, seed=seed)[1]])
+            return scripted.generate(prompt_ids, max_new_tokens, topk, seed=seed)
+
+    n = 12
+    episodes, _ = play_episodes(Recording(), [make_env(GTN, seed=0) for _ in range(n)], list(range(2000, 2000 + n)),
+                                prompt, max_new_tokens=32, generation_seed=7)
+    lengths = [len(e.turns) for e in episodes]
+    assert len(set(lengths)) > 1  # episodes end at different turns: places shift
+    per_episode: dict[int, list[int]] = {i: [] for i in range(n)}
+    for call in seen:
+        live = [i for i in range(n) if lengths[i] > len(per_episode[i])]
+        for i, s in zip(live, call):
+            per_episode[i].append(s)
+    assert all(len(set(s)) == len(s) for s in per_episode.values()), per_episode
+    assert len({s for call in seen for s in call}) == sum(lengths)  # and no two requests share one at all
