@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oat_dppo.engine import Generation, HFEngine, PromptTooLongError
-from oat_dppo.engine.hf import _MuRecorder
+from oat_dppo.engine.hf import MIN_SHARED_PROMPT, shared_prompt_length
 from oat_dppo.models import apply_lora, load_policy
 
 ATOL = 2e-5  # fp32, 4 layers: KV-cached decoding vs one full forward differ by ~1e-6
@@ -388,22 +388,6 @@ def test_generation_dataclass_is_the_contract():
     assert names == ["response_ids", "logprobs", "topk_ids", "topk_logprobs", "finish_reason"]
 
 
-def test_recorder_pairs_each_step_with_the_next_sampled_token():
-    """Unit check of the capture protocol: step t's token arrives with call t+1 (or `finish`)."""
-    rec = _MuRecorder(topk=2)
-    scores = [torch.tensor([[0.0, 1.0, 2.0, 3.0]]), torch.tensor([[3.0, 0.0, 0.0, 0.0]])]  # [1, 4] each
-    ids = torch.tensor([[9]])  # prompt
-    assert rec(ids, scores[0]) is scores[0]  # returns the scores untouched
-    ids = torch.cat([ids, torch.tensor([[1]])], 1)  # step 0 sampled token 1 (outside top-2 {3, 2})
-    rec(ids, scores[1])
-    rec.finish(torch.tensor([0]))  # step 1 sampled token 0 (inside top-2)
-    lp0, lp1 = scores[0].log_softmax(-1)[0], scores[1].log_softmax(-1)[0]
-    torch.testing.assert_close(torch.stack(rec.sampled_logp, 1)[0], torch.stack([lp0[1], lp1[0]]))
-    assert rec.slot_ids[0].tolist() == [[3, 2, 1]]
-    assert rec.slot_ids[1][0, 0].item() == 0 and rec.slot_ids[1][0, 2].item() == -1
-    assert torch.isneginf(rec.slot_logp[1][0, 2])
-
-
 @settings(max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
@@ -448,3 +432,70 @@ def test_samples_follow_the_recorded_mu(sharp):
     chi2 = (((counts[big] - expected[big]) ** 2) / expected[big]).sum() + (rest_obs - rest_exp) ** 2 / rest_exp
     dof = int(big.sum())
     assert chi2 < dof + 8 * (2 * dof) ** 0.5, f"chi2 {chi2:.0f} for {dof} dof"
+
+
+def _sharing(lengths, shared=24, seed=0):
+    """Prompts whose first `shared` tokens are the same (a group's prompt, a game's instructions)."""
+    head = _prompts([shared], seed=seed + 1)[0]
+    return [head + p for p in _prompts(lengths, seed=seed)]
+
+
+@pytest.mark.parametrize("topk", [0, 3])
+def test_a_shared_prompt_is_prefilled_once_and_changes_nothing(qwen, topk):
+    """Prompts sharing 24 tokens: one forward of those (a batch of one), then the rests as one batch, then one
+    forward per step; mu equals teacher forcing on each row alone, and greedy decoding equals transformers'
+    `generate` token for token on each prompt alone."""
+    model, tok = qwen
+    engine = HFEngine(model, tok)
+    prompts = _sharing([3, 11, 6, 1])
+    calls = []
+    hook = model.get_decoder().register_forward_hook(
+        lambda m, a, kw, out: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    try:
+        gens = engine.generate(prompts, max_new_tokens=5, topk=topk, seed=3)
+    finally:
+        hook.remove()
+    greedy = engine.generate(prompts, max_new_tokens=5, temperature=0.0)
+    assert calls[0] == (1, 24) and calls[1] == (4, 11)  # the shared 24 once, then the rests up to 11 tokens
+    assert calls[2:] == [(4, 1)] * (len(calls) - 2) and len(calls) - 2 < 5  # a step per token after the first
+    check_against_teacher_forcing(model, tok, prompts, gens, topk=topk)
+    for p, g in zip(prompts, greedy):
+        out = model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=len(g.response_ids),
+                             eos_token_id=engine.stop_ids, pad_token_id=engine.pad_id, top_k=None, top_p=None)
+        assert out[0, len(p):].tolist() == g.response_ids
+
+
+def test_prompts_sharing_little_are_prefilled_together(qwen):
+    model, tok = qwen
+    prompts = _sharing([3, 5], shared=MIN_SHARED_PROMPT - 1)
+    calls = []
+    hook = model.get_decoder().register_forward_hook(
+        lambda m, a, kw, out: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    try:
+        HFEngine(model, tok).generate(prompts, max_new_tokens=2, seed=0)
+    finally:
+        hook.remove()
+    assert calls[0] == (2, MIN_SHARED_PROMPT - 1 + 5)
+    assert shared_prompt_length([[1, 2, 3], [1, 2, 3]]) == 2  # never the last token: its logits start sampling
+    assert shared_prompt_length([[1, 2, 3], [1, 5, 3, 4]]) == 1
+
+
+def test_rows_that_could_reach_a_sliding_window_run_alone(qwen):
+    """With a sliding window shorter than prompt + budget each row runs unpadded (its cache slots are its
+    positions); the merged batch still records mu exactly, rows ending at different lengths."""
+    model, tok = qwen
+    prompts = _sharing([3, 11, 6], shared=20)
+    calls = []
+    hook = model.get_decoder().register_forward_hook(
+        lambda m, a, kw, out: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    saved = model.config.sliding_window
+    model.config.sliding_window = 16
+    try:
+        with logit_bias(model, tok.eos_token_id, 2.0):
+            gens = HFEngine(model, tok).generate(prompts, max_new_tokens=6, topk=3, seed=5)
+            check_against_teacher_forcing(model, tok, prompts, gens, topk=3)
+    finally:
+        model.config.sliding_window = saved
+        hook.remove()
+    assert all(c[0] == 1 for c in calls)  # every forward a single row
+    assert len({len(g.response_ids) for g in gens}) > 1 or all(g.finish_reason == "length" for g in gens)

@@ -1,132 +1,80 @@
-"""Generation with Hugging Face `generate`, recording the behavior policy mu on the fly.
+"""Sampling with a transformers causal LM, recording the behavior policy mu on the fly.
 
-mu is the distribution tokens are actually sampled from. We make that the model's raw softmax
-(temperature 1, no top-k / top-p / penalties, whatever the checkpoint's generation_config says)
-and record it with a logits processor that is the only one HF runs. In transformers 4.51 custom
-processors are merged *before* the sampling warpers (temperature, top-k, top-p, min-p, typical,
-epsilon, eta), so a recorder only sees the sampled distribution when no warper is built at all;
-`_sampling_config` guarantees that. generate() also fills fields of the config we pass from the
-checkpoint's own generation_config (4.51: fields left at their global default, e.g. temperature=1.0
-on SmolLM2's hub config; 5.x: every field left None, e.g. min_new_tokens, with no opt-out), so
-`_blank_model_defaults` hides the checkpoint's config for the duration of the call.
+mu is the distribution tokens are actually sampled from: the model's raw softmax at temperature 1 (no
+top-k / top-p / penalties, whatever the checkpoint's generation_config says). The engine runs its own
+loop over the decoder and the LM head rather than `generate`, so no generation config or logits
+processor is involved at all: each step's log-softmax is what it samples from and what it records.
+
+A call's prompts usually share a long prefix (a group's prompt, a game's instructions on every turn):
+it is prefilled once, as a batch of one, and its keys and values repeated to every row; the rests of
+the prompts then run as one right-padded batch at positions after it, and each row decodes at its own
+position (explicit position ids; padding is masked). Greedy decoding equals transformers' `generate`
+token for token (tests/test_engine.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import DynamicCache
 
 from .base import Generation, as_id_list, pad_token_id, token_budgets
 from .base import stop_token_ids as default_stop_token_ids
 
-__all__ = ["HFEngine"]
+__all__ = ["HFEngine", "MIN_SHARED_PROMPT"]
+
+#: Prompts sharing at least this many leading tokens have them prefilled once.
+MIN_SHARED_PROMPT = 16
 
 
-class _MuRecorder(LogitsProcessor):
-    """Keeps log mu of each step's sampled token (and top-K) without holding [steps, B, V].
+@dataclass
+class _Record:
+    """Per step: log mu of each row's sampled token [B], and with top-K its K+1 slots [B, K+1]."""
 
-    HF calls a processor once per step, before sampling, so step t's token is only known at the
-    next call (as `input_ids[:, -1]`), or, for the last step, from generate's output (`finish`).
-    Only one [B, V] buffer lives at a time.
-    """
+    topk: int
+    sampled_logp: list[torch.Tensor] = field(default_factory=list)
+    slot_ids: list[torch.Tensor] = field(default_factory=list)
+    slot_logp: list[torch.Tensor] = field(default_factory=list)
 
-    def __init__(self, topk: int):
-        self.topk = topk
-        self._logp: torch.Tensor | None = None  # [B, V] log mu of the step whose token is pending
-        self._top_logp: torch.Tensor | None = None  # [B, K]
-        self._top_ids: torch.Tensor | None = None  # [B, K]
-        self.sampled_logp: list[torch.Tensor] = []  # per step [B]
-        self.slot_ids: list[torch.Tensor] = []  # per step [B, K+1]
-        self.slot_logp: list[torch.Tensor] = []  # per step [B, K+1]
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self._logp is not None:
-            self._collect(input_ids[:, -1])
-        logp = scores.float().log_softmax(dim=-1)  # [B, V]
-        self._logp = logp
-        if self.topk:
-            self._top_logp, self._top_ids = logp.topk(self.topk, dim=-1)  # [B, K] each, descending
-        return scores  # untouched: sampling uses exactly what we recorded
-
-    def finish(self, last_tokens: torch.LongTensor) -> None:
-        if self._logp is not None:
-            self._collect(last_tokens)
-            self._logp = self._top_logp = self._top_ids = None
-
-    def _collect(self, tokens: torch.LongTensor) -> None:
+    def add(self, logp: torch.Tensor, tokens: torch.Tensor) -> None:
+        """`logp` [B, V] log mu of this step, `tokens` [B] sampled from it."""
         tok = tokens[:, None]  # [B, 1]
-        lp = self._logp.gather(1, tok)  # [B, 1]
+        lp = logp.gather(1, tok)  # [B, 1]
         self.sampled_logp.append(lp[:, 0])
         if self.topk:
-            inside = (self._top_ids == tok).any(dim=1, keepdim=True)  # [B, 1]
+            top_logp, top_ids = logp.topk(self.topk, dim=-1)  # [B, K] each, descending
+            inside = (top_ids == tok).any(dim=1, keepdim=True)  # [B, 1]
             extra_id = torch.where(inside, torch.full_like(tok, -1), tok)  # [B, 1]
             extra_lp = torch.where(inside, torch.full_like(lp, float("-inf")), lp)  # [B, 1]
-            self.slot_ids.append(torch.cat([self._top_ids, extra_id], dim=1))  # [B, K+1]
-            self.slot_logp.append(torch.cat([self._top_logp, extra_lp], dim=1))  # [B, K+1]
+            self.slot_ids.append(torch.cat([top_ids, extra_id], dim=1))  # [B, K+1]
+            self.slot_logp.append(torch.cat([top_logp, extra_lp], dim=1))  # [B, K+1]
 
 
-class _RowBudget(StoppingCriteria):
-    """Per-sequence token budget (HF's max_new_tokens is one number for the whole batch)."""
-
-    def __init__(self, prompt_len: int, budgets: torch.Tensor):
-        self.prompt_len = prompt_len
-        self.budgets = budgets  # [B] long
-
-    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
-        return (input_ids.shape[1] - self.prompt_len) >= self.budgets  # [B]
-
-
-@contextlib.contextmanager
-def _blank_model_defaults(model):
-    """Swap every generation_config under `model` (a peft wrapper holds the HF model inside) for a
-    blank one, so generate() has no checkpoint defaults to merge into `_sampling_config`."""
-    saved = [(m, m.generation_config) for m in model.modules()
-             if isinstance(vars(m).get("generation_config"), GenerationConfig)]
-    try:
-        for m, _ in saved:
-            m.generation_config = GenerationConfig()
-        yield
-    finally:
-        for m, gc in saved:
-            m.generation_config = gc
+def _merge(rows: list[tuple[torch.Tensor, _Record]], pad_id: int, topk: int) -> tuple[torch.Tensor, _Record]:
+    """Single-row `_sample` results as one batch: tokens [B, S] padded with `pad_id`, records padded alike."""
+    S = max(t.shape[1] for t, _ in rows)
+    tokens = torch.cat([torch.nn.functional.pad(t, (0, S - t.shape[1]), value=pad_id) for t, _ in rows])  # [B, S]
+    merged = _Record(topk)
+    for step in range(S):
+        live = [(r, step < t.shape[1]) for t, r in rows]
+        merged.sampled_logp.append(torch.cat([r.sampled_logp[step] if ok else r.sampled_logp[-1] for r, ok in live]))
+        if topk:
+            merged.slot_ids.append(torch.cat([r.slot_ids[step] if ok else r.slot_ids[-1] for r, ok in live]))
+            merged.slot_logp.append(torch.cat([r.slot_logp[step] if ok else r.slot_logp[-1] for r, ok in live]))
+    return tokens, merged
 
 
-def _sampling_config(max_new_tokens: int, stop_ids: list[int], pad_id: int,
-                     temperature: float = 1.0) -> GenerationConfig:
-    # Every field that would build a logits processor or warper is set to its "off" value explicitly
-    # (temperature 1; 0 is greedy, for evaluations).
-    return GenerationConfig(
-        do_sample=temperature > 0,
-        num_beams=1,
-        temperature=temperature if temperature > 0 else 1.0,
-        top_k=0,
-        top_p=1.0,
-        min_p=None,
-        typical_p=1.0,
-        epsilon_cutoff=0.0,
-        eta_cutoff=0.0,
-        repetition_penalty=1.0,
-        encoder_repetition_penalty=1.0,
-        no_repeat_ngram_size=0,
-        bad_words_ids=None,
-        suppress_tokens=None,
-        begin_suppress_tokens=None,
-        forced_bos_token_id=None,
-        forced_eos_token_id=None,
-        min_length=0,
-        min_new_tokens=None,
-        renormalize_logits=False,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=stop_ids or None,  # [] (stop_token_ids=[]) means: always run to the budget
-        pad_token_id=pad_id,
-        use_cache=True,
-        return_dict_in_generate=False,
-    )
+def shared_prompt_length(prompt_ids: Sequence[Sequence[int]]) -> int:
+    """Leading tokens all prompts share, short of each prompt's last token (whose logits start the sampling)."""
+    first, shortest = prompt_ids[0], min(len(p) for p in prompt_ids)
+    n = 0
+    while n < shortest - 1 and all(p[n] == first[n] for p in prompt_ids):
+        n += 1
+    return n
 
 
 class HFEngine:
@@ -184,7 +132,7 @@ class HFEngine:
         seed: int | None = None,
         temperature: float | None = None,
     ) -> list[Generation]:
-        """Sample one response per prompt (one batched HF generate call) and record mu.
+        """Sample one response per prompt and record mu.
 
         Each response ends at (and includes) its first stop token ("stop"), or after its token
         budget ("length"). The budget is `max_new_tokens`, reduced per prompt so that prompt +
@@ -192,7 +140,7 @@ class HFEngine:
         the whole call raise `PromptTooLongError` (with the offending `indices`) before any work.
         `seed` makes the call reproducible without disturbing the global torch RNG; `None` uses
         (and advances) the global RNG. `temperature` (evaluations only; None: 1) other than 1 leaves the
-        recorded log-probs those of temperature 1, which no learner then reads.
+        recorded log-probs those of temperature 1, which no learner then reads; 0 is greedy.
         """
         vocab = getattr(self.model.config, "vocab_size", None)
         if vocab is not None and topk > vocab:
@@ -200,50 +148,76 @@ class HFEngine:
         budgets = token_budgets(prompt_ids, max_new_tokens, topk, self.max_context)
         if not prompt_ids:
             return []
-        lengths = [len(p) for p in prompt_ids]
-        steps = max(budgets)
-
+        temperature = 1.0 if temperature is None else float(temperature)
         model = self.model
-        device = model.device
-        B, P = len(prompt_ids), max(lengths)
-        input_ids = torch.full((B, P), self.pad_id, dtype=torch.long)  # [B, P] left-padded
-        attention_mask = torch.zeros((B, P), dtype=torch.long)  # [B, P]
-        for i, p in enumerate(prompt_ids):
-            input_ids[i, P - len(p) :] = torch.as_tensor(p, dtype=torch.long)
-            attention_mask[i, P - len(p) :] = 1
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-
-        recorder = _MuRecorder(topk)
-        stopping = StoppingCriteriaList()
-        if min(budgets) < steps:
-            stopping.append(_RowBudget(P, torch.as_tensor(budgets, device=device)))
-
         was_training = model.training
-        model.eval()  # sample from the deterministic network (no dropout), with the KV cache
+        model.eval()  # sample from the deterministic network (no dropout)
         try:
-            with _rng(seed, device), _blank_model_defaults(model):
-                out = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    generation_config=_sampling_config(steps, self.stop_ids, self.pad_id,
-                                                       1.0 if temperature is None else temperature),
-                    logits_processor=LogitsProcessorList([recorder]),
-                    stopping_criteria=stopping,
-                )
+            with _rng(seed, model.device):
+                new, record = self._sample(prompt_ids, budgets, topk, temperature)
         finally:
             model.train(was_training)
+        return self._assemble(new, record, budgets, topk)
 
-        new = out[:, P:]  # [B, S] sampled tokens (pad after a row finished)
-        S = new.shape[1]
-        recorder.finish(new[:, -1])
-        if len(recorder.sampled_logp) != S:  # the recorder must have seen every sampling step
-            raise RuntimeError(
-                f"recorded {len(recorder.sampled_logp)} steps for {S} generated tokens; another logits "
-                "processor or a generate() change broke mu capture"
-            )
-        return self._assemble(new, recorder, budgets, topk)
+    def _sample(self, prompt_ids: list[list[int]], budgets: list[int], topk: int,
+                temperature: float) -> tuple[torch.Tensor, _Record]:
+        """The decoding loop: [B, S] sampled tokens (pad after a row finished) and their record."""
+        model = self.model
+        B, steps = len(prompt_ids), max(budgets)
+        window = getattr(model.config, "sliding_window", None)
+        if B > 1 and window and max(map(len, prompt_ids)) + steps > window:
+            # A sliding window is masked by cache slot, and a padded row's slots run ahead of its positions: rows
+            # that could reach the window run alone (no padding), so the window counts positions.
+            rows = [self._sample([p], [b], topk, temperature) for p, b in zip(prompt_ids, budgets)]
+            return _merge(rows, self.pad_id, topk)
+        decoder, head = model.get_decoder(), model.get_output_embeddings()
+        softcap = getattr(model.config, "final_logit_softcapping", None)
+        device = model.device
+        lengths = torch.tensor([len(p) for p in prompt_ids], device=device)  # [B]
+        T = int(lengths.max())
+        ids = torch.full((B, T), self.pad_id, dtype=torch.long, device=device)  # [B, T] right-padded
+        mask = torch.zeros((B, T), dtype=torch.long, device=device)  # [B, T]
+        for i, p in enumerate(prompt_ids):
+            ids[i, : len(p)] = torch.as_tensor(p, dtype=torch.long)
+            mask[i, : len(p)] = 1
+        shared = shared_prompt_length(prompt_ids) if B > 1 else 0
+        shared = shared if shared >= MIN_SHARED_PROMPT else 0
+        cache = DynamicCache()
+        if shared:  # the common prefix once, its keys and values repeated to the B rows
+            decoder(input_ids=ids[:1, :shared], past_key_values=cache, use_cache=True)
+            cache.batch_repeat_interleave(B)
+        hidden = decoder(input_ids=ids[:, shared:], attention_mask=mask, past_key_values=cache,
+                         use_cache=True).last_hidden_state  # [B, T - shared, H]
+        hidden = hidden[torch.arange(B, device=device), lengths - 1 - shared]  # [B, H] each row's last token
 
-    def _assemble(self, new: torch.Tensor, rec: _MuRecorder, budgets: list[int], topk: int) -> list[Generation]:
+        stop = torch.as_tensor(self.stop_ids, dtype=torch.long, device=device)
+        budget = torch.as_tensor(budgets, device=device)  # [B]
+        done = torch.zeros(B, dtype=torch.bool, device=device)  # [B]
+        record, tokens_out = _Record(topk), []
+        positions = lengths.clone()  # [B] the position each row's next token takes
+        for step in range(steps):
+            logits = head(hidden)  # [B, V]
+            if softcap:
+                logits = torch.tanh(logits / softcap) * softcap
+            logp = logits.float().log_softmax(-1)  # [B, V] log mu
+            if temperature > 0:
+                probs = logp.exp() if temperature == 1.0 else (logits.float() / temperature).softmax(-1)
+                tokens = torch.multinomial(probs, 1)[:, 0]  # [B]
+            else:
+                tokens = logp.argmax(-1)
+            tokens = torch.where(done, torch.full_like(tokens, self.pad_id), tokens)  # finished rows: pad
+            record.add(logp, tokens)
+            tokens_out.append(tokens)
+            done = done | torch.isin(tokens, stop) | (step + 1 >= budget)
+            if bool(done.all()):
+                break
+            mask = torch.cat([mask, (~done).long()[:, None]], dim=1)  # [B, past + 1]
+            hidden = decoder(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions[:, None],
+                             past_key_values=cache, use_cache=True).last_hidden_state[:, -1]  # [B, H]
+            positions = positions + 1
+        return torch.stack(tokens_out, dim=1), record
+
+    def _assemble(self, new: torch.Tensor, rec: _Record, budgets: list[int], topk: int) -> list[Generation]:
         B, S = new.shape
         new_cpu = new.cpu()  # [B, S]
         logp = torch.stack(rec.sampled_logp, dim=1).cpu().numpy().astype(np.float32)  # [B, S]

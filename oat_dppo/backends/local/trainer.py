@@ -506,6 +506,7 @@ class LocalTrainer:
         self._phase = "log"
         out["eval/env_errors"] = stats.env_errors
         out["time/eval_s"] = time.perf_counter() - t0
+        out["time/eval_generate_s"] = stats.generate_seconds  # the episodes' generation, inside time/eval_s
         return out
 
     def _log_episodes(self, iteration: int, episodes: list[Episode]) -> None:
