@@ -273,7 +273,7 @@ class TrainConfig:
         "(what the rollouts earn, measured on unseen seeds); 0 is greedy (its most likely reply each turn, Oat's "
         "own default).",
     )
-    save_every: int = opt(1, "Checkpoint every N iterations (and always at the end or on interruption).")
+    save_every: int = opt(1, "Checkpoint every N iterations (and always at the end or on interruption; 0: only then).")
     keep_checkpoint: bool = opt(
         True,
         "Keep the last checkpoint when the run finishes (--no-keep-checkpoint deletes it: no disk used, but the "

@@ -168,6 +168,14 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
     assert [_comparable(r) for r in a] == [_comparable(r) for r in b]
 
 
+def test_save_every_0_checkpoints_only_at_the_end(tmp_path):
+    code, run_dir = run_main(tmp_path, "--env", "rg:arc_1d", "--iterations", "2", "--episodes-per-iteration", "2",
+                             "--mini-batch-size", "2", "--micro-batch-size", "2", "--eval-every", "0", "--save-every", "0")
+    assert code == 0
+    state = json.loads((run_dir / "checkpoint" / "state.json").read_text())
+    assert state["iteration"] == 1  # the last iteration's, written once at the end
+
+
 def test_env_errors_lose_only_their_episodes(tmp_path):
     code, run_dir = run_main(tmp_path, "--env", "helpers.toy_envs:FlakyEnv", "--iterations", "1",
                              "--episodes-per-iteration", "8", "--eval-every", "0", "--template", "none")

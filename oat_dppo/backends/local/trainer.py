@@ -353,7 +353,7 @@ class LocalTrainer:
                     # the two leaves one metrics line ahead; --resume redoes that iteration and trims it.)
                     self._phase = "save"
                     self._emit(row)
-                    if (iteration + 1) % cfg.save_every == 0 or iteration == cfg.iterations - 1 or self._stop_requested:
+                    if (cfg.save_every and (iteration + 1) % cfg.save_every == 0) or iteration == cfg.iterations - 1 or self._stop_requested:
                         self.save_checkpoint(iteration)
                         last_saved = iteration
                     if bar is not None:
