@@ -35,15 +35,19 @@ def test_scores_equal_a_whole_forward_by_hand(batch_size):
 
 
 def test_each_distinct_prompt_runs_once():
-    """10 moves after each of 2 prompts: 2 prompt forwards, the moves in batches on cached copies."""
+    """10 moves after each of 2 prompts: 2 prompt forwards, the moves in batches on cached copies; the LM head sees
+    one position of each prompt (the one that predicts a move's first token), never the whole prompt."""
     model, _ = load_policy("tiny-qwen3", seed=4)
-    calls = []
+    calls, head_rows = [], []
     handle = model.register_forward_pre_hook(lambda mod, args, kwargs: calls.append(kwargs["input_ids"].shape),
                                              with_kwargs=True)
+    head = model.get_output_embeddings().register_forward_pre_hook(lambda mod, args: head_rows.append(args[0].shape))
     try:
         pairs = [(list(range(3, 60)), [5 + j, 9]) for j in range(10)] + [(list(range(3, 40)), [5 + j, 9]) for j in range(10)]
         model_pair_scorer(model, batch_size=8)(pairs)
     finally:
         handle.remove()
+        head.remove()
     long_calls = [s for s in calls if s[-1] > 2]
     assert [tuple(s) for s in long_calls] == [(1, 57), (1, 37)]
+    assert max(shape[-2] for shape in head_rows) == 1  # [batch, positions, H]: one position per row at a time

@@ -152,7 +152,8 @@ def model_pair_scorer(model, batch_size: int = 8) -> PairScorer:
             by_prompt.setdefault(tuple(p), []).append(k)
         with torch.inference_mode():
             for prompt, ks in by_prompt.items():
-                run = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
+                # (logits_to_keep=1: the head runs on the prompt's last position only, never [T, V])
+                run = model(input_ids=torch.tensor([prompt], device=device), use_cache=True, logits_to_keep=1)
                 first = run.logits[0, -1].float().log_softmax(-1)  # [V]: each move's first token
                 for start in range(0, len(ks), batch_size):
                     chunk = ks[start: start + batch_size]
