@@ -224,7 +224,7 @@ class TrainConfig:
         "Each episode's trained turns share one episode's weight: a turn's advantage is divided by its "
         "episode's turns and multiplied by the batch's mean turns per episode (the scale stays). Without it a "
         "game that ends at a win weighs less than the losses that play every turn, so a group's advantages sum "
-        "below zero and the update pushes sampled moves down on balance (docs/warm_start.md).",
+        "below zero over its turns (docs/warm_start.md).",
     )
 
     # ---- warm start ----------------------------------------------------------------------------

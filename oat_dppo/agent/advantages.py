@@ -55,8 +55,8 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
     `episode_balance`: every advantage of an episode of n trained turns is multiplied by n_mean / n (n_mean: the
     batch's mean), so that each episode weighs the same in the loss, however many turns it played. Without it
     sum_turns A = sum_episodes n_e A_e, which is negative wherever the failures play longer than the
-    successes (a game that ends at a win): on balance the update pushes its sampled moves down, and the
-    probability it frees goes to moves nobody sampled (measured on GuessTheNumber: docs/warm_start.md).
+    successes (a game that ends at a win): the loss weighs the sampled moves down on balance
+    (docs/warm_start.md measures both on GuessTheNumber).
     """
     if mode not in ADVANTAGE_MODES:
         raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}")
