@@ -104,7 +104,7 @@ def test_loss_and_gradient_equal_the_padded_path_for_every_trust_region(policy, 
 
 def test_a_shared_prefix_is_computed_once(policy):
     """Three rows with a response share 20 prompt tokens: one forward of them, then the three rests in one batch
-    (the row without a response is not computed); rows sharing too little run one by one."""
+    (the row without a response is not computed); short rows sharing too little run as the padded grid."""
     model, _ = policy
     calls = []
     hook = model.get_decoder().register_forward_hook(lambda m, a, kw, out: calls.append(kw["input_ids"].shape),
@@ -118,7 +118,7 @@ def test_a_shared_prefix_is_computed_once(policy):
     finally:
         hook.remove()
     assert shared == [torch.Size([1, 20]), torch.Size([3, 8 + 3])]  # the prefix, then rests up to 8 + 3 tokens
-    assert calls == [torch.Size([1, MIN_SHARED_PREFIX - 1 + 5 + 2]), torch.Size([1, MIN_SHARED_PREFIX - 1 + 3 + 1])]
+    assert calls == [torch.Size([2, MIN_SHARED_PREFIX - 1 + 5 + 2])]  # short rows, little padding: the padded grid
 
 
 def test_the_shared_prefix_stops_before_the_first_predicted_token():
@@ -142,3 +142,15 @@ def test_each_layout_reports_the_tokens_its_decoder_computed(policy):
         _, metrics = trust_region_loss(model, batch, make_trust_region("dppo_binary_tv"), layout="prefix")
     assert computed == {"padded": 4 * 31, "rows": 27 + 24 + 31, "prefix": 20 + 3 * 11}
     assert metrics["decoder_tokens_per_token"] == pytest.approx((20 + 3 * 11) / 6)
+
+
+def test_without_a_shared_prefix_only_long_padded_rows_run_one_by_one():
+    from oat_dppo.learner.logprobs import _rows_pay
+
+    def grid(lengths):
+        T = max(lengths)
+        return torch.tensor([[True] * n + [False] * (T - n) for n in lengths])
+
+    assert _rows_pay(grid([180, 380, 250, 300]))  # long, 29% padding: a forward per row (0.69x measured)
+    assert not _rows_pay(grid([40, 49, 45, 49]))  # short (the peers job): the padded grid
+    assert not _rows_pay(grid([300, 310, 305, 300]))  # long but nearly unpadded: the padded grid

@@ -44,6 +44,9 @@ LAYOUTS = ("padded", "rows", "packed", "prefix")
 
 #: "prefix" computes a micro-batch's common prefix once when it is at least this long, else runs "rows".
 MIN_SHARED_PREFIX = 16
+#: Without a shared prefix, "prefix" runs a forward per row when the rows average this many tokens and padding
+#: is at least this share of the grid, else the padded grid (`_rows_pay`).
+ROWS_MIN_LENGTH, ROWS_MIN_PADDING = 128, 0.2
 
 
 def sequence_layout(model) -> str:
@@ -58,7 +61,8 @@ def sequence_layout(model) -> str:
       it 1.11x the padded time on the lengths above (attention quadratic in the whole row): offered, not chosen.
     * "prefix": the rows' longest common prefix (a group's prompt; the instructions every turn of a game
       repeats) computed once, then every row's rest as a padded batch attending to it through the KV cache;
-      "rows" where the shared part is short (`MIN_SHARED_PREFIX`) or a single row. The CPU default: on the
+      where the shared part is short (`MIN_SHARED_PREFIX`) or a single row, "rows" for long rows with much
+      padding and "padded" otherwise (`_rows_pay`). The CPU default: on the
       local learner's micro-batches of Sudoku and GuessTheNumber turns, forward + backward 0.51x / 0.55x the
       padded time (0.39 / 0.62 of the real tokens computed). Not under ZeRO-3 (its ranks must run the same
       forwards) and not yet measured on a GPU.
@@ -68,6 +72,14 @@ def sequence_layout(model) -> str:
     if p is None or hasattr(p, "ds_numel") or p.device.type != "cpu":  # ds_numel: a ZeRO-3-partitioned parameter
         return "padded"
     return "prefix"
+
+
+def _rows_pay(attn: Tensor) -> bool:
+    """Whether a forward per row beats the padded grid on a CPU: long rows with much padding (8 rows of 180-380
+    tokens, 29% padding: 0.69x). Short rows lose to their per-call cost (the peers job's 64 rows of ~49 tokens in
+    micro-batches of 8, 1-6% padding: learning 46 s a step per row against 28 s padded)."""
+    lengths = attn.sum(-1).float()  # [B]
+    return bool(lengths.mean() >= ROWS_MIN_LENGTH and 1 - lengths.sum() / attn.numel() >= ROWS_MIN_PADDING)
 
 
 def shared_prefix_length(ids: Tensor, attn: Tensor, t_idx: Tensor) -> int:
@@ -101,10 +113,7 @@ def _response_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: T
     """The hidden states that predict the response tokens at (b_idx, t_idx), i.e. at t - 1: [N, H], and the number of
     token positions the decoder computed for them. Every layout computes the same values
     (tests/test_sequence_layout.py); rows are right-padded (`collate`)."""
-    if layout == "padded" or len(b_idx) == 0:  # (no response: one forward, so that the result carries a graph)
-        hidden = decoder(input_ids=ids, attention_mask=attn.long(), use_cache=False).last_hidden_state
-        return hidden[b_idx, t_idx - 1], ids.numel()
-    if layout == "prefix":
+    if layout == "prefix" and len(b_idx):
         rows = b_idx.unique_consecutive()
         # (transformers turns the cache off under gradient checkpointing in training)
         checkpointing = decoder.training and getattr(decoder, "gradient_checkpointing", False)
@@ -114,7 +123,10 @@ def _response_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: T
         prefix = shared_prefix_length(ids[rows], attn[rows], t_idx) if len(rows) > 1 and plain else 0
         if prefix >= MIN_SHARED_PREFIX:
             return _prefix_hidden(decoder, ids, attn, b_idx, t_idx, prefix)
-        layout = "rows"
+        layout = "rows" if _rows_pay(attn) else "padded"
+    if layout == "padded" or len(b_idx) == 0:  # (no response: one forward, so that the result carries a graph)
+        hidden = decoder(input_ids=ids, attention_mask=attn.long(), use_cache=False).last_hidden_state
+        return hidden[b_idx, t_idx - 1], ids.numel()
     lengths = attn.sum(-1)  # [B]
     if layout == "rows":  # only the rows with a response, each at its length (b_idx is sorted: row-major)
         parts = [decoder(input_ids=ids[b: b + 1, : int(lengths[b])], use_cache=False).last_hidden_state[0]
