@@ -42,7 +42,7 @@ def _decoder_and_head(model):
 #: How the decoder sees a micro-batch's right-padded rows (`sequence_layout`).
 LAYOUTS = ("padded", "rows", "packed", "prefix")
 
-#: "prefix" computes a micro-batch's common prefix once when it is at least this long, else runs "rows".
+#: "prefix" computes a micro-batch's common prefix once when it is at least this long (else `_rows_pay` decides).
 MIN_SHARED_PREFIX = 16
 #: Without a shared prefix, "prefix" runs a forward per row when the rows average this many tokens and padding
 #: is at least this share of the grid, else the padded grid (`_rows_pay`).
