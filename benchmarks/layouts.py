@@ -3,10 +3,11 @@
     python -m benchmarks layouts [--envs game:Sudoku-v0-easy,game:GuessTheNumber-v0-easy] [--episodes 8]
 
 Per environment: SmolLM2 plays `episodes` episodes through the HF engine (GEM's own history: a row per turn);
-the turns are sorted by length and cut into micro-batches of `micro_batch_size` (as the local learner's plan
-sorts them), and every micro-batch runs through `trust_region_loss` (DPPO binary-TV) with each layout:
-"padded" (the [B, T] grid with its mask), "rows" (a forward per row at its own length), "packed" (one
-sequence, positions restarting per row) and "prefix" (the rows' common prefix once, then their rests).
+the turns are cut into micro-batches of `micro_batch_size` as the local learner cuts them for each layout (sorted
+by length; for "prefix" by their tokens, which puts turns sharing a prompt together), and every micro-batch runs
+through `trust_region_loss` (DPPO binary-TV) with each layout: "padded" (the [B, T] grid with its mask), "rows"
+(a forward per row at its own length), "packed" (one sequence, positions restarting per row) and "prefix" (each
+prefix a cluster of rows shares once, then their rests).
 Reported: the padded share of the grid's tokens, the tokens "prefix" computes per real token, and seconds per
 pass over all micro-batches for forward + backward (training) and for the forward alone (pi_old recompute,
 evaluation), the fastest of `reps` round-robin repetitions, one thread. Progress on stderr, the table on stdout.
@@ -24,7 +25,7 @@ from benchmarks import packing
 from benchmarks.packing import play
 from oat_dppo.cli import opt, parse
 from oat_dppo.learner import collate, trust_region_loss
-from oat_dppo.learner.logprobs import LAYOUTS, MIN_SHARED_PREFIX, shared_prefix_length
+from oat_dppo.learner.logprobs import LAYOUTS, policy_logprobs
 from oat_dppo.trust_region import make_trust_region
 
 
@@ -39,25 +40,27 @@ class Config(packing.Config):
 
 def measure(cfg: Config, env_id: str, model, tok) -> dict:
     episodes = play(cfg, env_id, model, tok)
-    turns = sorted((t for e in episodes if e.error is None for t in e.turns if t.response_ids),
-                   key=lambda t: len(t.prompt_ids) + len(t.response_ids))
+    turns = [t for e in episodes if e.error is None for t in e.turns if t.response_ids]
     for i, t in enumerate(turns):
         t.advantage = 1.0 if i % 2 else -1.0
-    batches = [collate(turns[i: i + cfg.micro_batch_size], 0) for i in range(0, len(turns), cfg.micro_batch_size)]
-    grid = sum(b.input_ids.numel() for b in batches)
-    real = sum(int(b.attention_mask.sum()) for b in batches)
-    prefix_computed = 0  # what "prefix" computes: the shared part once, the rests padded to the longest
-    for b in batches:
-        p = shared_prefix_length(b.input_ids, b.attention_mask, b.response_mask.nonzero(as_tuple=True)[1])
-        p = p if p >= MIN_SHARED_PREFIX else 0
-        prefix_computed += p + b.num_rows * (int(b.attention_mask.sum(-1).max()) - p) if p else int(b.attention_mask.sum())
+
+    def cut(key) -> list:
+        ordered = sorted(turns, key=key)
+        return [collate(ordered[i: i + cfg.micro_batch_size], 0) for i in range(0, len(turns), cfg.micro_batch_size)]
+
+    by_length = cut(lambda t: len(t.prompt_ids) + len(t.response_ids))
+    by_tokens = cut(lambda t: t.prompt_ids + t.response_ids)
+    grid = sum(b.input_ids.numel() for b in by_length)
+    real = sum(int(b.attention_mask.sum()) for b in by_length)
+    with torch.no_grad():  # what "prefix" computes: each cluster's prefix once, the rests padded to the longest
+        prefix_computed = sum(policy_logprobs(model, b, layout="prefix").computed_tokens for b in by_tokens)
     tr = make_trust_region("dppo_binary_tv")
     seconds = {(layout, grad): [] for layout in LAYOUTS for grad in (True, False)}
     for _ in range(cfg.reps):
         for layout in LAYOUTS:
             for grad in (True, False):
                 t0 = time.perf_counter()
-                for b in batches:
+                for b in by_tokens if layout == "prefix" else by_length:
                     with torch.set_grad_enabled(grad):
                         loss, _ = trust_region_loss(model, b, tr, num_tokens=float(b.num_tokens), layout=layout)
                     if grad:
@@ -66,7 +69,7 @@ def measure(cfg: Config, env_id: str, model, tok) -> dict:
                 seconds[layout, grad].append(time.perf_counter() - t0)
                 print(f"  {layout} {'fwd+bwd' if grad else 'fwd'}: {seconds[layout, grad][-1]:.1f} s", file=sys.stderr,
                       flush=True)
-    return {"env": env_id, "turns": len(turns), "batches": len(batches), "padded_share": 1 - real / grid,
+    return {"env": env_id, "turns": len(turns), "batches": len(by_length), "padded_share": 1 - real / grid,
             "prefix_tokens": prefix_computed / real,
             "seconds": {k: min(v) for k, v in seconds.items()}}
 
@@ -81,7 +84,7 @@ def main(argv: list[str]) -> int:
         freeze_all_but_top_layers(model, cfg.trainable_layers)
     model.eval()
     rows = [measure(cfg, env, model, tok) for env in cfg.envs.split(",")]
-    print(f"{cfg.model}, {cfg.episodes} episodes per env, turns sorted by length in micro-batches of "
+    print(f"{cfg.model}, {cfg.episodes} episodes per env, turns sorted by length (prefix: by tokens) in micro-batches of "
           f"{cfg.micro_batch_size}, top {cfg.trainable_layers} layers trained, {cfg.threads} thread(s), fastest of "
           f"{cfg.reps}\n")
     names = " / ".join(LAYOUTS)

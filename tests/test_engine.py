@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oat_dppo.engine import Generation, HFEngine, PromptTooLongError
-from oat_dppo.engine.hf import MIN_SHARED_PROMPT, shared_prompt_length
+from oat_dppo.engine.hf import MIN_SHARED_PROMPT
+from oat_dppo.models.prefix import PrefixPlan, plan_prefixes
 from oat_dppo.models import apply_lora, load_policy
 
 ATOL = 2e-5  # fp32, 4 layers: KV-cached decoding vs one full forward differ by ~1e-6
@@ -476,8 +477,33 @@ def test_prompts_sharing_little_are_prefilled_together(qwen):
     finally:
         hook.remove()
     assert calls[0] == (2, MIN_SHARED_PROMPT - 1 + 5)
-    assert shared_prompt_length([[1, 2, 3], [1, 2, 3]]) == 2  # never the last token: its logits start sampling
-    assert shared_prompt_length([[1, 2, 3], [1, 5, 3, 4]]) == 1
+    # never a prompt's last token: its logits start the sampling
+    assert plan_prefixes([[1, 2, 3], [1, 2, 3]], [2, 2], min_shared=2) == PrefixPlan((0, 0), (2,))
+    assert plan_prefixes([[1, 2, 3], [1, 5, 3, 4]], [2, 3], min_shared=1) == PrefixPlan((0, 0), (1,))
+
+
+def test_groups_of_prompts_each_prefill_their_prompt_once(qwen):
+    """Two groups of two prompts (GRPO's samples of two questions), interleaved, sharing 24 and 30 tokens within a
+    group and none across: one forward of the two prefixes (padded to 30), then the four rests; mu equals teacher
+    forcing and greedy decoding equals `generate` on each prompt alone."""
+    model, tok = qwen
+    engine = HFEngine(model, tok)
+    a, b = _sharing([3, 7], shared=24, seed=0), _sharing([5, 2], shared=30, seed=7)
+    prompts = [a[0], b[0], a[1], b[1]]
+    calls = []
+    hook = model.get_decoder().register_forward_hook(
+        lambda m, a, kw, out: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    try:
+        gens = engine.generate(prompts, max_new_tokens=4, topk=3, seed=1)
+    finally:
+        hook.remove()
+    assert calls[0] == (2, 30) and calls[1] == (4, 7)  # the rests: 3, 5, 7, 2 tokens after their group's prefix
+    check_against_teacher_forcing(model, tok, prompts, gens, topk=3)
+    greedy = engine.generate(prompts, max_new_tokens=4, temperature=0.0)
+    for p, g in zip(prompts, greedy):
+        out = model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=len(g.response_ids),
+                             eos_token_id=engine.stop_ids, pad_token_id=engine.pad_id, top_k=None, top_p=None)
+        assert out[0, len(p):].tolist() == g.response_ids
 
 
 def test_rows_that_could_reach_a_sliding_window_run_alone(qwen):

@@ -271,6 +271,25 @@ def test_the_timing_hook_sees_every_piece_and_changes_nothing(policy):
     assert batch.num_rows == 4 and [len(step) for step in plan] == [2, 2]
 
 
+def test_a_micro_batch_holds_one_groups_samples(policy):
+    """Four groups of two samples of one prompt each, shuffled: the local learner's plan (CPU: the prefix layout)
+    sorts a step's rows by their tokens, so each micro-batch of two holds one group and its prompt is computed
+    once (`train/decoder_tokens_per_token` below the padded grid's)."""
+    model, tok = policy
+    prompts = [tok(f"question {i}: " + "what is two plus two, answered in one word? " * 2, add_special_tokens=False)["input_ids"]
+               for i in range(4)]
+    turns = [Turn(prompt_ids=p, response_ids=[5 + k, 7], behavior_logprobs=np.zeros(2, np.float32), reward=0.0,
+                  done=True, truncated=False, well_formed=True, finish_reason="stop", advantage=1.0 - 2 * k)
+             for p in prompts for k in range(2)]
+    learner = Learner(copy.deepcopy(model), make_trust_region("pg_is"),
+                      LearnerConfig(learning_rate=1e-3, mini_batch_size=8, micro_batch_size=2), pad_id=0)
+    batch, plan = learner.prepare(turns, random.Random(0))
+    groups = [{tuple(batch.input_ids[r, : len(prompts[0])].tolist()) for r in micro} for step in plan for micro in step]
+    assert len(groups) == 4 and all(len(g) == 1 for g in groups)
+    metrics = learner.update(turns, random.Random(0))
+    assert metrics["decoder_tokens_per_token"] < (len(prompts[0]) + 2) / 2 * 0.6
+
+
 def test_first_update_is_on_policy_and_later_ones_move_pi(policy):
     turns = sampled_turns(policy, n=4)
     learner = Learner(copy.deepcopy(policy[0]), make_trust_region("pg_is"),

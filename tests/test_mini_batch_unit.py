@@ -38,7 +38,7 @@ def test_a_step_takes_step_episodes_whole_episodes(sizes, step_episodes, micro_r
     groups = [g for g, n in enumerate(sizes) for _ in range(n)]
     lengths = [random.Random(seed + r).randint(1, 9) for r in range(len(groups))]
     plan = plan_steps(len(groups), epochs=epochs, step_rows=step_episodes, micro_rows=micro_rows,
-                      permutation=_shuffler(seed, len(sizes)), lengths=lengths, groups=groups,
+                      permutation=_shuffler(seed, len(sizes)), sort_keys=lengths, groups=groups,
                       step_counts="groups", split_groups=not whole)
     # The step count depends on the episode count only, never on the episodes' lengths.
     assert len(plan) == epochs * math.ceil(len(sizes) / step_episodes)
@@ -63,7 +63,7 @@ def test_a_step_takes_step_episodes_whole_episodes(sizes, step_episodes, micro_r
 def test_one_turn_episodes_give_the_plan_of_turns(n, step_rows, micro_rows, epochs, seed):
     """Single-turn envs: counting episodes is counting turns, the same plan from the same shuffles."""
     lengths = [random.Random(seed * 7 + r).randint(1, 9) for r in range(n)]
-    common = dict(epochs=epochs, step_rows=step_rows, micro_rows=micro_rows, lengths=lengths)
+    common = dict(epochs=epochs, step_rows=step_rows, micro_rows=micro_rows, sort_keys=lengths)
     by_turn = plan_steps(n, permutation=_shuffler(seed, n), **common)
     by_episode = plan_steps(n, permutation=_shuffler(seed, n), groups=list(range(n)), step_counts="groups",
                             split_groups=True, **common)

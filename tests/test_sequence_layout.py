@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from oat_dppo.learner import collate, policy_logprobs, trust_region_loss
 from oat_dppo.learner.batch import Sample
-from oat_dppo.learner.logprobs import MIN_SHARED_PREFIX, sequence_layout, shared_prefix_length
+from oat_dppo.learner.logprobs import MIN_SHARED_PREFIX, prefix_plan, sequence_layout
+from oat_dppo.models.prefix import PrefixPlan
 from oat_dppo.trust_region import available, make_trust_region, requirements
 from test_learner import policy  # noqa: F401  (the module's tiny-qwen3 fixture)
 
@@ -88,12 +89,20 @@ def _loss_and_grads(model, batch, tr, layout):
     return float(loss), {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+def two_groups() -> list[Sample]:
+    """Two groups' rows interleaved (GRPO's samples of two prompts), sharing 20 and 30 leading tokens within a group
+    and nothing across, and a row of its own: two clusters and a row computed whole."""
+    a = samples([(12, 4), (3, 6), (5, 0)], seed=1, shared=20)
+    b = samples([(2, 3), (9, 1)], seed=2, shared=30)
+    return [a[0], b[0], a[1], samples([(20, 1)], seed=3)[0], b[1], a[2]]
+
+
 @pytest.mark.parametrize("name", available())
 def test_loss_and_gradient_equal_the_padded_path_for_every_trust_region(policy, name):
     model, _ = policy
     model.train()
     tr = make_trust_region(name, **({"topk": K} if requirements(make_trust_region(name)).topk else {}))
-    batch = collate(samples([(12, 4), (3, 6), (20, 1), (7, 3), (5, 0)], seed=1, shared=20), 0, requirements(tr).topk)
+    batch = collate(two_groups(), 0, requirements(tr).topk)
     loss_ref, grads_ref = _loss_and_grads(model, batch, tr, "padded")
     for layout in ["rows", "prefix", *PACKED]:
         loss, grads = _loss_and_grads(model, batch, tr, layout)
@@ -121,13 +130,42 @@ def test_a_shared_prefix_is_computed_once(policy):
     assert calls == [torch.Size([2, MIN_SHARED_PREFIX - 1 + 5 + 2])]  # short rows, little padding: the padded grid
 
 
+def test_each_group_computes_its_prefix_once(policy):
+    """The two groups' prefixes run as one batch of two (padded to 30), then the five rests with a response (the
+    row of its own whole: 21 tokens) in one batch; the log-probs equal the padded grid's."""
+    model, _ = policy
+    batch = collate(two_groups(), 0, K)
+    calls = []
+    hook = model.get_decoder().register_forward_hook(lambda m, a, kw, out: calls.append(kw["input_ids"].shape),
+                                                     with_kwargs=True)
+    try:
+        with torch.no_grad():
+            got = policy_logprobs(model, batch, with_topk=True, layout="prefix")
+    finally:
+        hook.remove()
+    assert calls == [torch.Size([2, 30]), torch.Size([5, 21])]
+    assert got.computed_tokens == 2 * 30 + 5 * 21
+    ref = policy_logprobs(model, batch, with_topk=True, layout="padded")
+    assert torch.allclose(got.logp, ref.logp, atol=TOLERANCE)
+    assert torch.allclose(got.topk_logp[batch.response_mask], ref.topk_logp[batch.response_mask], atol=TOLERANCE)
+
+
 def test_the_shared_prefix_stops_before_the_first_predicted_token():
-    ids = torch.tensor([[1, 2, 3, 4, 5], [1, 2, 3, 4, 6], [1, 2, 3, 4, 0]])
-    attn = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 1], [1, 1, 1, 1, 0]], dtype=torch.bool)
-    assert shared_prefix_length(ids, attn, torch.tensor([4, 4, 3])) == 2  # position 2 predicts row 2's token 3
-    assert shared_prefix_length(ids, attn, torch.tensor([4, 4, 4])) == 3
-    assert shared_prefix_length(ids[:2], attn[:2], torch.tensor([4, 4])) == 3
-    assert shared_prefix_length(ids[:2], attn[:2], torch.tensor([], dtype=torch.long)) == 0
+    def shared(ids, attn, t_idx):  # the one cluster's prefix length
+        b_idx = torch.arange(len(ids))
+        plan = prefix_plan(ids, attn, b_idx, t_idx)
+        return plan.lengths[0] if plan.lengths else 0
+
+    head = list(range(1, 20))  # 19 shared tokens, then rows that differ
+    ids = torch.tensor([head + [4, 5], head + [4, 6], head + [4, 0]])
+    attn = torch.ones_like(ids, dtype=torch.bool)
+    attn[2, -1] = False
+    assert shared(ids, attn, torch.tensor([21, 21, 18])) == 17  # position 17 predicts row 2's token 18
+    assert shared(ids, attn, torch.tensor([21, 21, 20])) == 19
+    assert shared(ids, attn, torch.tensor([21, 21, 21])) == 20  # row 2's real tokens end at 20
+    assert shared(ids[:2], attn[:2], torch.tensor([21, 21])) == 20
+    # row 2 could share only 14 < MIN_SHARED_PREFIX tokens: rows 0 and 1 share 20, row 2 is computed whole
+    assert prefix_plan(ids, attn, torch.arange(3), torch.tensor([21, 21, 15])) == PrefixPlan((0, 0, -1), (20,))
 
 
 def test_each_layout_reports_the_tokens_its_decoder_computed(policy):

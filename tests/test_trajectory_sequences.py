@@ -36,7 +36,7 @@ def test_grouped_plan_keeps_each_episode_in_one_micro_batch(sizes, step_rows, mi
         return list(order)
 
     plan = plan_steps(len(groups), epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
-                      permutation=permutation, lengths=[rng.randint(1, 9) for _ in groups], groups=groups)
+                      permutation=permutation, sort_keys=[rng.randint(1, 9) for _ in groups], groups=groups)
     seen = [r for step in plan for micro in step for r in micro]
     assert sorted(seen) == sorted(list(range(len(groups))) * epochs)  # every row once per epoch
     for step in plan:

@@ -5,10 +5,10 @@ top-k / top-p / penalties, whatever the checkpoint's generation_config says). Th
 loop over the decoder and the LM head rather than `generate`, so no generation config or logits
 processor is involved at all: each step's log-softmax is what it samples from and what it records.
 
-A call's prompts usually share a long prefix (a group's prompt, a game's instructions on every turn):
-it is prefilled once, as a batch of one, and its keys and values repeated to every row; the rests of
-the prompts then run as one right-padded batch at positions after it, and each row decodes at its own
-position (explicit position ids; padding is masked). Greedy decoding equals transformers' `generate`
+A call's prompts usually share long prefixes (a group's prompt, a game's instructions on every turn):
+each is prefilled once and its keys and values selected for the rows that share it; the rests of the
+prompts then run as one right-padded batch at their positions (`models.prefix`), and each row decodes
+at its own position (explicit position ids; padding is masked). Greedy decoding equals transformers' `generate`
 token for token (tests/test_engine.py).
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
-from transformers import DynamicCache
+from oat_dppo.models.prefix import MIN_SHARED, plan_prefixes, prefix_forward
 
 from .base import Generation, as_id_list, pad_token_id, token_budgets
 from .base import stop_token_ids as default_stop_token_ids
@@ -28,7 +28,7 @@ from .base import stop_token_ids as default_stop_token_ids
 __all__ = ["HFEngine", "MIN_SHARED_PROMPT"]
 
 #: Prompts sharing at least this many leading tokens have them prefilled once.
-MIN_SHARED_PROMPT = 16
+MIN_SHARED_PROMPT = MIN_SHARED
 
 
 @dataclass
@@ -66,15 +66,6 @@ def _merge(rows: list[tuple[torch.Tensor, _Record]], pad_id: int, topk: int) -> 
             merged.slot_ids.append(torch.cat([r.slot_ids[step] if ok else r.slot_ids[-1] for r, ok in live]))
             merged.slot_logp.append(torch.cat([r.slot_logp[step] if ok else r.slot_logp[-1] for r, ok in live]))
     return tokens, merged
-
-
-def shared_prompt_length(prompt_ids: Sequence[Sequence[int]]) -> int:
-    """Leading tokens all prompts share, short of each prompt's last token (whose logits start the sampling)."""
-    first, shortest = prompt_ids[0], min(len(p) for p in prompt_ids)
-    n = 0
-    while n < shortest - 1 and all(p[n] == first[n] for p in prompt_ids):
-        n += 1
-    return n
 
 
 class HFEngine:
@@ -180,15 +171,12 @@ class HFEngine:
         for i, p in enumerate(prompt_ids):
             ids[i, : len(p)] = torch.as_tensor(p, dtype=torch.long)
             mask[i, : len(p)] = 1
-        shared = shared_prompt_length(prompt_ids) if B > 1 else 0
-        shared = shared if shared >= MIN_SHARED_PROMPT else 0
-        cache = DynamicCache()
-        if shared:  # the common prefix once, its keys and values repeated to the B rows
-            decoder(input_ids=ids[:1, :shared], past_key_values=cache, use_cache=True)
-            cache.batch_repeat_interleave(B)
-        hidden = decoder(input_ids=ids[:, shared:], attention_mask=mask, past_key_values=cache,
-                         use_cache=True).last_hidden_state  # [B, T - shared, H]
-        hidden = hidden[torch.arange(B, device=device), lengths - 1 - shared]  # [B, H] each row's last token
+        # Prompts sharing a prefix (a group's prompt, a game's instructions) have it prefilled once; never a
+        # prompt's last token, whose logits start the sampling.
+        plan = plan_prefixes(prompt_ids, [len(p) - 1 for p in prompt_ids], MIN_SHARED_PROMPT)
+        out = prefix_forward(decoder, ids, mask, plan)
+        cache, mask = out.cache, out.mask  # [B, P + S] the cache slots each row attends to
+        hidden = out.hidden[torch.arange(B, device=device), lengths - 1 - out.offsets]  # [B, H] each row's last token
 
         stop = torch.as_tensor(self.stop_ids, dtype=torch.long, device=device)
         budget = torch.as_tensor(budgets, device=device)  # [B]

@@ -20,6 +20,7 @@ import torch
 
 from oat_dppo.agent.types import Turn
 from oat_dppo.learner.batch import TokenBatch, chains, collate, row_of
+from oat_dppo.learner.logprobs import sequence_layout
 from oat_dppo.learner.loop import (
     MuSource,
     StepPlan,
@@ -154,7 +155,10 @@ class Learner:
         plan, sequence_ids = plan_update(
             lengths, episodes, trajectory_sequences=self.trajectory_sequences, mini_batch_unit=cfg.mini_batch_unit,
             epochs=cfg.num_ppo_epochs, step_rows=cfg.mini_batch_size, micro_rows=cfg.micro_batch_size,
-            permutation=permutation, chain_of=None if rows is None else row_of(rows))
+            permutation=permutation, chain_of=None if rows is None else row_of(rows),
+            # the prefix layout computes what a micro-batch's rows share once: rows sorted by their tokens put a
+            # group's samples (one prompt) and an episode group's turns together; else by length (less padding)
+            sort_keys=[t.prompt_ids + t.response_ids for t in turns] if sequence_layout(self.model) == "prefix" else None)
         with timed(self.on_timing, "collate"):
             batch = collate(turns, self.pad_id, self.topk, rows=rows)
         if sequence_ids is not None:

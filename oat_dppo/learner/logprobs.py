@@ -20,6 +20,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from oat_dppo.learner.batch import TokenBatch
+from oat_dppo.models.prefix import MIN_SHARED, PrefixPlan, plan_prefixes, prefix_forward
 
 
 @dataclass
@@ -42,8 +43,8 @@ def _decoder_and_head(model):
 #: How the decoder sees a micro-batch's right-padded rows (`sequence_layout`).
 LAYOUTS = ("padded", "rows", "packed", "prefix")
 
-#: "prefix" computes a micro-batch's common prefix once when it is at least this long (else `_rows_pay` decides).
-MIN_SHARED_PREFIX = 16
+#: "prefix" computes a prefix its rows share once when it is at least this long (else `_rows_pay` decides).
+MIN_SHARED_PREFIX = MIN_SHARED
 #: Without a shared prefix, "prefix" runs a forward per row when the rows average this many tokens and padding
 #: is at least this share of the grid, else the padded grid (`_rows_pay`).
 ROWS_MIN_LENGTH, ROWS_MIN_PADDING = 128, 0.2
@@ -59,9 +60,9 @@ def sequence_layout(model) -> str:
     * "packed": the rows' real tokens as one sequence whose positions restart at each row; transformers
       confines attention to each (a varlen kernel under flash-attention). A dense block mask on a CPU made
       it 1.11x the padded time on the lengths above (attention quadratic in the whole row): offered, not chosen.
-    * "prefix": the rows' longest common prefix (a group's prompt; the instructions every turn of a game
-      repeats) computed once, then every row's rest as a padded batch attending to it through the KV cache;
-      where the shared part is short (`MIN_SHARED_PREFIX`) or a single row, "rows" for long rows with much
+    * "prefix": each prefix a cluster of rows shares (a group's prompt; the instructions every turn of a game
+      repeats) computed once, then every row's rest as a padded batch attending to it through the KV cache
+      (`models.prefix`); where no cluster shares `MIN_SHARED_PREFIX` tokens, "rows" for long rows with much
       padding and "padded" otherwise (`_rows_pay`). The CPU default: on the
       local learner's micro-batches of Sudoku and GuessTheNumber turns, forward + backward 0.51x / 0.55x the
       padded time (0.39 / 0.62 of the real tokens computed). Not under ZeRO-3 (its ranks must run the same
@@ -82,31 +83,25 @@ def _rows_pay(attn: Tensor) -> bool:
     return bool(lengths.mean() >= ROWS_MIN_LENGTH and 1 - lengths.sum() / attn.numel() >= ROWS_MIN_PADDING)
 
 
-def shared_prefix_length(ids: Tensor, attn: Tensor, t_idx: Tensor) -> int:
-    """Tokens every row of `ids` [R, T] (real where `attn`) starts with, short of the first position whose hidden
-    state predicts a response token (min `t_idx` - 1): the part `_prefix_hidden` computes once."""
-    agree = ((ids == ids[:1]) & attn & attn[:1]).all(0)  # [T]
-    run = int(agree.int().cumprod(0).sum())
-    return max(0, min(run, int(t_idx.min()) - 1)) if len(t_idx) else 0
+def prefix_plan(ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Tensor) -> PrefixPlan:
+    """How the rows with a response (`b_idx` row-major) share prefixes: each row's real tokens, capped before its
+    first position whose hidden state predicts a response token (its min `t_idx` - 1)."""
+    rows = b_idx.unique_consecutive()  # [R]
+    lengths = attn[rows].sum(-1)  # [R]
+    first = torch.full((ids.shape[0],), ids.shape[1], dtype=torch.long, device=ids.device).scatter_reduce(
+        0, b_idx, t_idx, reduce="amin")[rows]  # [R] each row's first response position
+    return plan_prefixes([ids[r, : int(n)].tolist() for r, n in zip(rows.tolist(), lengths)],
+                         [int(f) - 1 for f in first], MIN_SHARED_PREFIX)
 
 
-def _prefix_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Tensor, prefix: int) -> tuple[Tensor, int]:
-    """`_response_hidden` with the rows' first `prefix` tokens (the same in every row) computed once: [N, H].
-
-    The prefix's keys and values (a batch of one, with their graph) are repeated to the R rows with a response,
-    whose rests run as one right-padded [R, S] batch at positions prefix.. (the cache's length), attending to the
-    prefix and causally to themselves. The backward sums each row's gradient into the one prefix forward."""
-    from transformers import DynamicCache
-
+def _prefix_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Tensor, plan: PrefixPlan
+                   ) -> tuple[Tensor, int]:
+    """`_response_hidden` with each cluster's shared prefix computed once (`models.prefix.prefix_forward`, with its
+    graph: the backward sums each row's gradient into the one prefix forward): [N, H]."""
     rows = b_idx.unique_consecutive()  # [R] rows with a response (b_idx is row-major)
-    ids, attn = ids[rows], attn[rows]  # [R, T]
-    rest = int(attn.sum(-1).max()) - prefix
-    cache = DynamicCache()
-    decoder(input_ids=ids[:1, :prefix], past_key_values=cache, use_cache=True)
-    cache.batch_repeat_interleave(len(rows))
-    hidden = decoder(input_ids=ids[:, prefix: prefix + rest], attention_mask=attn[:, : prefix + rest].long(),
-                     past_key_values=cache, use_cache=True).last_hidden_state  # [R, S, H]
-    return hidden[torch.searchsorted(rows, b_idx), t_idx - 1 - prefix], prefix + hidden.shape[0] * hidden.shape[1]
+    out = prefix_forward(decoder, ids[rows], attn[rows], plan)
+    r = torch.searchsorted(rows, b_idx)  # [N] each response token's row among `rows`
+    return out.hidden[r, t_idx - 1 - out.offsets[r]], out.computed
 
 
 def _response_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: Tensor, layout: str) -> tuple[Tensor, int]:
@@ -120,9 +115,9 @@ def _response_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: T
         # (a sliding window shorter than the rows would need the cache's sliding layers: not verified)
         window = getattr(getattr(decoder, "config", None), "sliding_window", None) or ids.shape[1]
         plain = not checkpointing and window >= ids.shape[1]
-        prefix = shared_prefix_length(ids[rows], attn[rows], t_idx) if len(rows) > 1 and plain else 0
-        if prefix >= MIN_SHARED_PREFIX:
-            return _prefix_hidden(decoder, ids, attn, b_idx, t_idx, prefix)
+        plan = prefix_plan(ids, attn, b_idx, t_idx) if len(rows) > 1 and plain else None
+        if plan is not None and plan.saved:
+            return _prefix_hidden(decoder, ids, attn, b_idx, t_idx, plan)
         layout = "rows" if _rows_pay(attn) else "padded"
     if layout == "padded" or len(b_idx) == 0:  # (no response: one forward, so that the result carries a graph)
         hidden = decoder(input_ids=ids, attention_mask=attn.long(), use_cache=False).last_hidden_state

@@ -51,16 +51,17 @@ def plan_steps(
     step_rows: int,
     micro_rows: int,
     permutation: Callable[[int], Sequence[int]],
-    lengths: Sequence[int] | None = None,
+    sort_keys: Sequence | None = None,
     groups: Sequence[int] | None = None,
     step_counts: Literal["rows", "groups"] = "rows",
     split_groups: bool = False,
 ) -> list[StepPlan]:
     """Optimizer steps (each a list of micro-batches of row indices) for `epochs` passes over `n_rows`.
 
-    `permutation(n)` gives each epoch's row order. With `lengths`, a step's rows are sorted by length
-    before they are cut into micro-batches (stable: ties keep the permutation's order), which keeps
-    padding, i.e. wasted compute, small.
+    `permutation(n)` gives each epoch's row order. With `sort_keys` (one per row: its length, which keeps
+    padding small; or its tokens, which puts rows sharing a prompt into one micro-batch, where the prefix
+    layout computes it once), a step's rows are sorted by them before they are cut into micro-batches
+    (stable: ties keep the permutation's order).
 
     `groups` (one id per row, e.g. its episode): rows of a group go into one optimizer step. Groups are
     permuted instead of rows. `step_counts` says what `step_rows` counts: "rows" (a step takes whole
@@ -72,23 +73,23 @@ def plan_steps(
     """
     if groups is not None:
         return _plan_grouped_steps(groups, epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
-                                   permutation=permutation, lengths=lengths, step_counts=step_counts,
+                                   permutation=permutation, sort_keys=sort_keys, step_counts=step_counts,
                                    split_groups=split_groups)
     plan: list[StepPlan] = []
     for _ in range(epochs):
         order = list(permutation(n_rows))
         for start in range(0, n_rows, step_rows):
-            plan.append(_micro_batches(order[start : start + step_rows], micro_rows, lengths))
+            plan.append(_micro_batches(order[start : start + step_rows], micro_rows, sort_keys))
     return plan
 
 
-def _micro_batches(rows: list[int], micro_rows: int, lengths: Sequence[int] | None) -> StepPlan:
-    if lengths is not None:
-        rows = sorted(rows, key=lambda i: lengths[i])
+def _micro_batches(rows: list[int], micro_rows: int, sort_keys: Sequence | None) -> StepPlan:
+    if sort_keys is not None:
+        rows = sorted(rows, key=lambda i: sort_keys[i])
     return [rows[i : i + micro_rows] for i in range(0, len(rows), micro_rows)]
 
 
-def _plan_grouped_steps(groups, *, epochs, step_rows, micro_rows, permutation, lengths, step_counts,
+def _plan_grouped_steps(groups, *, epochs, step_rows, micro_rows, permutation, sort_keys, step_counts,
                         split_groups) -> list[StepPlan]:
     if step_counts not in ("rows", "groups"):
         raise ValueError(f"step_counts={step_counts!r}: 'rows' or 'groups'")
@@ -105,10 +106,10 @@ def _plan_grouped_steps(groups, *, epochs, step_rows, micro_rows, permutation, l
             steps = _pack(order, step_rows)
         for step in steps:
             if split_groups:
-                plan.append(_micro_batches([r for rows in step for r in rows], micro_rows, lengths))
+                plan.append(_micro_batches([r for rows in step for r in rows], micro_rows, sort_keys))
                 continue
-            if lengths is not None:
-                step = sorted(step, key=lambda rows: max(lengths[i] for i in rows))
+            if sort_keys is not None:
+                step = sorted(step, key=lambda rows: max(sort_keys[i] for i in rows))
             plan.append([[r for rows in micro for r in rows] for micro in _pack(step, micro_rows, at_most=True)])
     return plan
 
@@ -140,7 +141,8 @@ def plan_update(
     step_rows: int,
     micro_rows: int,
     permutation: Callable[[int], Sequence[int]],
-    sort_by_length: bool = True,
+    sort_rows: bool = True,
+    sort_keys: Sequence | None = None,
     chain_of: Sequence[int] | None = None,
 ) -> tuple[list[StepPlan], list[int] | None]:
     """Both backends' plan for one rollout batch of turns: (optimizer steps, the sequence id of each row
@@ -153,7 +155,8 @@ def plan_update(
       share a micro-batch, and the plan's indices are rows, not turns;
     * otherwise turns are rows like any other (an episode is not kept together).
 
-    `permutation(n)` orders the n units (turns, or episodes when they are kept together) of each epoch.
+    `permutation(n)` orders the n units (turns, or episodes when they are kept together) of each epoch. A
+    step's units are sorted by `sort_keys` (one per turn; default: `lengths`) unless `sort_rows` is False.
     """
     if mini_batch_unit == "episodes" and episode_ids is None:
         raise ValueError("mini_batch_unit='episodes' needs the episode of each turn (episode_ids)")
@@ -167,7 +170,8 @@ def plan_update(
         raise ValueError("rows of several turns (chain_of) need the episode of each turn (episode_ids)")
     together = episode_sequences or packed
     plan = plan_steps(len(lengths), epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
-                      permutation=permutation, lengths=list(lengths) if sort_by_length else None,
+                      permutation=permutation,
+                      sort_keys=(list(lengths) if sort_keys is None else sort_keys) if sort_rows else None,
                       groups=groups if (together or by_episode) else None,
                       step_counts="groups" if by_episode else "rows", split_groups=not together)
     if not packed:
