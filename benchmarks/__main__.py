@@ -29,6 +29,8 @@ BENCHMARKS = {
                                             "machine, vLLM on a GPU)"),
     "peers": ("benchmarks.peers", "one matched single-turn job beside TRL's GRPOTrainer and Oat's own PPO: "
                                       "generation, learning, tokens/s and peak memory as ratios to TRL's"),
+    "credit-signal": ("benchmarks.credit_signal", "GuessTheNumber: how strongly each --advantage mode credits reading "
+                                                  "the hints (policy-gradient signal to noise per rollout batch)"),
     "gpu": ("benchmarks.gpu", "one GPU: vLLM rollout, weight sync, learner, and the mismatch table"),
 }
 USAGE = "usage: python -m benchmarks {" + ",".join(BENCHMARKS) + "} [--help | options]"
