@@ -1,5 +1,5 @@
-"""`model_pair_scorer`, the local backend's reply-effect scorer: log p(move | prompt) by hand, and at the cost
-of one prompt forward per scored prompt."""
+"""`model_pair_scorer`, both backends' reply-effect scorer: log p(move | prompt) by hand, and at the cost of one
+forward over the distinct prompts (their shared prefixes once) and one over the moves, packed per prompt."""
 
 from __future__ import annotations
 
@@ -20,12 +20,14 @@ def by_hand(model, prompt: list[int], move: list[int]) -> float:
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8])
 def test_scores_equal_a_whole_forward_by_hand(batch_size):
-    """Moves of 1 to 5 tokens after shared and distinct prompts (the right-padding of unequal moves, the cache
-    copied per batch): each score equals the uncached log-probability within 1e-5."""
+    """Moves of 1 to 5 tokens after distinct prompts and prompts sharing 20 tokens (a scored turn's real and changed
+    prompt), packed per prompt: each score equals the uncached log-probability within 1e-5."""
     model, _ = load_policy("tiny-qwen3", seed=4)
     model = model.float().eval()
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, 200, (n,), generator=g).tolist() for n in (7, 23, 40)]
+    head = torch.randint(3, 200, (20,), generator=g).tolist()
+    prompts += [head + torch.randint(3, 200, (n,), generator=g).tolist() for n in (4, 9)]
     moves = [torch.randint(3, 200, (n,), generator=g).tolist() for n in (1, 2, 5, 3, 1)]
     pairs = [(p, m) for p in prompts for m in moves] + [(prompts[1], moves[2])]  # a repeated pair too
     scores = model_pair_scorer(model, batch_size=batch_size)(pairs)
@@ -34,13 +36,14 @@ def test_scores_equal_a_whole_forward_by_hand(batch_size):
         assert s == pytest.approx(by_hand(model, p, m), abs=1e-5)
 
 
-def test_each_distinct_prompt_runs_once():
-    """10 moves after each of 2 prompts: 2 prompt forwards, the moves in batches on cached copies; the LM head sees
-    one position of each prompt (the one that predicts a move's first token), never the whole prompt."""
+def test_prompts_run_once_and_moves_in_one_packed_row():
+    """10 moves of 2 tokens after each of 2 prompts (57 and 37 tokens, the shorter a prefix of the longer): their
+    shared 36 tokens once, the two rests, then the 10 moves' first tokens as one packed row per prompt; the LM
+    head sees each prompt's last position and the moves' positions, never a whole prompt."""
     model, _ = load_policy("tiny-qwen3", seed=4)
     calls, head_rows = [], []
-    handle = model.register_forward_pre_hook(lambda mod, args, kwargs: calls.append(kwargs["input_ids"].shape),
-                                             with_kwargs=True)
+    handle = model.get_decoder().register_forward_pre_hook(
+        lambda mod, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
     head = model.get_output_embeddings().register_forward_pre_hook(lambda mod, args: head_rows.append(args[0].shape))
     try:
         pairs = [(list(range(3, 60)), [5 + j, 9]) for j in range(10)] + [(list(range(3, 40)), [5 + j, 9]) for j in range(10)]
@@ -48,6 +51,5 @@ def test_each_distinct_prompt_runs_once():
     finally:
         handle.remove()
         head.remove()
-    long_calls = [s for s in calls if s[-1] > 2]
-    assert [tuple(s) for s in long_calls] == [(1, 57), (1, 37)]
-    assert max(shape[-2] for shape in head_rows) == 1  # [batch, positions, H]: one position per row at a time
+    assert calls == [(1, 36), (2, 21), (2, 10)]  # the shared prefix, the rests (57 - 36), the packed moves
+    assert [s[0] for s in head_rows] == [2, 10, 10]  # rows of [positions, H]: 2 prompts' last, then each packed row
