@@ -9,6 +9,7 @@
     family.py          model_family: which prompt template suits a model
     training.py        LoRA, gradient checkpointing, training only the top layers
     weights.py         trained weights under plain HF names (vLLM syncs, export); engine model source
+    prefix.py          a decoder forward computing the prefixes rows share once (learner, HF engine, reply effect)
     common.py          names, the asset cache, the hub's offline state, a tokenizer saved for transformers 4 and 5
 """
 
