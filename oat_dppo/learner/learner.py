@@ -114,10 +114,13 @@ class Learner:
         recompute_s = 0.0
         if needs_pi_old(self.trust_region, cfg.mu_source):
             t0 = time.perf_counter()
-            row_lengths = batch.attention_mask.sum(-1).tolist()  # [B]
-            by_length = sorted(range(batch.num_rows), key=lambda i: row_lengths[i])
+            lengths = batch.attention_mask.sum(-1).tolist()  # [B]
+            # the order the update's micro-batches use: by tokens under the prefix layout (shared prompts together)
+            key = ((lambda i: batch.input_ids[i, : int(lengths[i])].tolist()) if sequence_layout(self.model) == "prefix"
+                   else (lambda i: lengths[i]))
+            ordered = sorted(range(batch.num_rows), key=key)
             with timed(self.on_timing, "forward"):  # pi_old: a no-grad forward over the batch
-                batch.old_logp = recompute_old_logp(self.model, batch, chunks(by_length, cfg.micro_batch_size),
+                batch.old_logp = recompute_old_logp(self.model, batch, chunks(ordered, cfg.micro_batch_size),
                                                     device=self.device, logits_chunk_tokens=cfg.logits_chunk_tokens)
             use_mu_source(batch, cfg.mu_source)
             recompute_s = time.perf_counter() - t0
