@@ -142,13 +142,21 @@ def run_local(cfg: Config, engine: str) -> dict:
     from oat_dppo.backends.local import LocalTrainer
     from oat_dppo.rundir import RunDir
 
+    from oat_dppo.learner.timing import PIECES
+
+    pieces = dict.fromkeys(PIECES, 0.0)  # the learner's timing hook: seconds of each piece of the step's update
+
+    def on_timing(name: str, seconds: float) -> None:
+        pieces[name] += seconds
+
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as tmp:
-        trainer = LocalTrainer(_train_config(cfg, engine), RunDir(tmp))
+        trainer = LocalTrainer(_train_config(cfg, engine), RunDir(tmp), on_timing=on_timing)
         texts: list[list[str]] = []  # the prompt texts each step trained on
         steps = []
         try:
             for it in range(cfg.warmup + cfg.steps):
                 c0 = time.process_time()
+                pieces.update(dict.fromkeys(PIECES, 0.0))
                 row = trainer.train_iteration(it)
                 cpu = time.process_time() - c0
                 texts.append([t.prompt_text for t in trainer.last_turns])
@@ -158,7 +166,8 @@ def run_local(cfg: Config, engine: str) -> dict:
                                   total=row["time/iteration_s"], gen_tokens=gen, trained_tokens=trained,
                                   sequences=len(texts[-1]), cpu=cpu,
                                   reward=row.get("rollout/reward_mean", math.nan),
-                                  decoder_per_token=row.get("train/decoder_tokens_per_token", math.nan)))
+                                  decoder_per_token=row.get("train/decoder_tokens_per_token", math.nan),
+                                  pieces=dict(pieces)))
                 print(f"bench peers: local-{engine} step {it}: {row['time/iteration_s']:.1f} s", file=sys.stderr,
                       flush=True)
         finally:
@@ -471,7 +480,10 @@ def summarize(res: dict, warmup: int) -> dict:
     # shared prefixes as it ran them); TRL's real prompt + completion tokens over its completion tokens, a lower
     # bound on what it computes (its padding is not counted).
     decoder = statistics.median([s.get("decoder_per_token", math.nan) for s in steps]) if steps else math.nan
+    pieces = {k: statistics.median([s["pieces"][k] for s in steps]) for k in steps[0]["pieces"]} \
+        if steps and "pieces" in steps[0] else {}
     return dict(n=len(steps), generate=gen, learn=learn, total=med("total"), cpu=cpu, decoder_per_token=decoder,
+                pieces=pieces,
                 prompt_len=per_seq("trained_tokens") - per_seq("gen_tokens"), completion_len=per_seq("gen_tokens"),
                 gen_tok_s=med("gen_tokens") / gen if gen else math.nan,
                 trained_tok_s=med("trained_tokens") / learn if learn else math.nan,
@@ -539,6 +551,15 @@ def format_tables(results: dict[str, dict | str], cfg: Config, load: tuple[float
                          f"{_ratio(r['gen_tok_s'], ref['gen_tok_s'])} | "
                          f"{_ratio(r['trained_tok_s'], ref['trained_tok_s'])} | "
                          f"{_ratio(r['peak_mib'], ref['peak_mib'])} | {target} |")
+    timed = {side: r["pieces"] for side, r in rows.items() if r.get("pieces")}
+    if timed:
+        names = list(next(iter(timed.values())))
+        lines += ["", "Where the local learning time goes (medians of the learner's timing hook, s; 'other': learning "
+                      "minus the pieces: planning, the metrics, moving tensors)", "",
+                  "| side | " + " | ".join(names) + " | other |", "|---|" + "---|" * (len(names) + 1)]
+        for side, p in timed.items():
+            other = rows[side]["learn"] - sum(p.values())
+            lines.append(f"| {LABELS[side]} | " + " | ".join(f"{p[n]:.2f}" for n in names) + f" | {other:.2f} |")
     oat = {k: rows[k] for k in ("oat-stock", "oat-pg_is", "oat-dppo_binary_tv") if k in rows}
     if "oat-stock" in oat:
         lines += ["", "`--backend oat` step / Oat's stock PPO step (target <= 1.15):", ""]

@@ -307,10 +307,12 @@ def _result(gen: float, learn: float, prompts: str = "abc", peak_kib: int = 1024
 
 def test_tables_give_ratios_to_trl_and_flag_the_target():
     cfg = peers.Config(sides="trl,local-hf,local-vllm,oat-stock", steps=2, warmup=1)
-    results = {"trl": _result(10, 48), "local-hf": _result(10, 10, decoder_per_token=3.14),
+    pieces = dict(collate=0.5, forward=3.0, trust_region=0.5, backward=4.0, optimizer=1.0)
+    results = {"trl": _result(10, 48), "local-hf": _result(10, 10, decoder_per_token=3.14, pieces=pieces),
                "local-vllm": _result(5, 40, "other"), "oat-stock": "not measured: run `x`"}
     text = peers.format_tables(results, cfg, (1.0, 2.0))
     measured, ratios = text.split("Each as a ratio to TRL's")
+    ratios, timing = ratios.split("Where the local learning time goes")
     rows = {line.split(" | ")[0].strip("| "): line for line in ratios.splitlines() if line.startswith("| ")}
     # the warm-up step (total 999) is left out; TRL's total 59 over local's 21: 2.81 steps/s ratio, target met
     local = rows[peers.LABELS["local-hf"]]
@@ -324,3 +326,5 @@ def test_tables_give_ratios_to_trl_and_flag_the_target():
     assert trl.rstrip(" |").endswith(">= 6.0")  # TRL's real tokens per completion token, (39.1 + 7.8) / 7.8
     local_measured = next(line for line in measured.splitlines() if line.startswith(f"| {peers.LABELS['local-hf']}"))
     assert local_measured.rstrip(" |").endswith("3.1")  # the learner's own count
+    assert f"| {peers.LABELS['local-hf']} | 0.50 | 3.00 | 0.50 | 4.00 | 1.00 | 1.00 |" in timing  # other: 10 - 9
+    assert peers.LABELS["local-vllm"] not in timing  # a side without the hook's pieces has no row
