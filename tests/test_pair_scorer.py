@@ -20,8 +20,9 @@ def by_hand(model, prompt: list[int], move: list[int]) -> float:
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8])
 def test_scores_equal_a_whole_forward_by_hand(batch_size):
-    """Moves of 1 to 5 tokens after distinct prompts and prompts sharing 20 tokens (a scored turn's real and changed
-    prompt), packed per prompt: each score equals the uncached log-probability within 1e-5."""
+    """Moves of 1 to 6 tokens, some sharing leading tokens (one a prefix of another), after distinct prompts and
+    prompts sharing 20 tokens (a scored turn's real and changed prompt), packed per prompt as a trie: each score
+    equals the uncached log-probability within 1e-5."""
     model, _ = load_policy("tiny-qwen3", seed=4)
     model = model.float().eval()
     g = torch.Generator().manual_seed(0)
@@ -29,6 +30,7 @@ def test_scores_equal_a_whole_forward_by_hand(batch_size):
     head = torch.randint(3, 200, (20,), generator=g).tolist()
     prompts += [head + torch.randint(3, 200, (n,), generator=g).tolist() for n in (4, 9)]
     moves = [torch.randint(3, 200, (n,), generator=g).tolist() for n in (1, 2, 5, 3, 1)]
+    moves += [moves[2][:3] + [7], moves[2][:2], moves[2][:4] + [8, 9]]  # sharing leading tokens: one trie
     pairs = [(p, m) for p in prompts for m in moves] + [(prompts[1], moves[2])]  # a repeated pair too
     scores = model_pair_scorer(model, batch_size=batch_size)(pairs)
     assert len(scores) == len(pairs)
@@ -52,4 +54,13 @@ def test_prompts_run_once_and_moves_in_one_packed_row():
         handle.remove()
         head.remove()
     assert calls == [(1, 36), (2, 21), (2, 10)]  # the shared prefix, the rests (57 - 36), the packed moves
+    calls.clear()
+    handle = model.get_decoder().register_forward_pre_hook(
+        lambda mod, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:  # Sudoku's moves "r c d}": 4 x 4 x 4 of them share their rows and columns: 4 + 16 + 64 trie nodes, not 192
+        model_pair_scorer(model)([(list(range(3, 30)), [r, 10 + c, 20 + d, 40]) for r in range(4) for c in range(4)
+                                  for d in range(4)])
+    finally:
+        handle.remove()
+    assert calls == [(1, 27), (1, 4 + 16 + 64)]
     assert [s[0] for s in head_rows] == [2, 10, 10]  # rows of [positions, H]: 2 prompts' last, then each packed row

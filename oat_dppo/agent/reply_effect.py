@@ -21,7 +21,7 @@ Games declare how their replies change as they declare feedback-follow: `changed
 `moves(env)` on the preset's feedback probe (GEM's GuessTheNumber); the adapter puts the result in a
 step's info and the agent loop on the next `Turn.counterfactual`. Evaluations score it with the
 learner's model on both backends (`ModelMovePolicy`: teacher-forced log-probs, the prefix the 2 prompts of a
-scored turn share computed once, and its |M| moves as one packed row on each prompt's KV cache); on Oat the actors play the episodes and the
+scored turn share computed once, and its |M| moves as one packed trie on each prompt's KV cache); on Oat the actors play the episodes and the
 learner, whose weights the actors' vLLM holds after every sync, scores their cases.
 """
 
@@ -134,6 +134,41 @@ class ScoredMovePolicy:
         return out
 
 
+class _MoveTrie:
+    """The moves' tokens but their last, as a trie: one node per distinct prefix m[:d + 1], parents first. Node j
+    holds token `tokens[j]` at depth `depths[j]` (its position after the prompt); `paths[i]`: the nodes of move i,
+    whose hidden states predict m[1:]. A node attends to the prompt and to its ancestors (`ancestry`)."""
+
+    def __init__(self, moves: Sequence[Sequence[int]]):
+        self.tokens: list[int] = []
+        self.depths: list[int] = []
+        self.parents: list[int] = []
+        self.paths: list[list[int]] = []
+        index: dict[tuple[int, ...], int] = {}
+        for m in moves:
+            path = []
+            for d in range(len(m) - 1):
+                key = tuple(m[: d + 1])
+                if key not in index:
+                    index[key] = len(self.tokens)
+                    self.tokens.append(int(m[d]))
+                    self.depths.append(d)
+                    self.parents.append(path[-1] if path else -1)
+                path.append(index[key])
+            self.paths.append(path)
+
+    def ancestry(self, device) -> "torch.Tensor":
+        """[q, q] bool: node j may attend node k (k is j or an ancestor of j)."""
+        import torch
+
+        q = len(self.tokens)
+        out = torch.eye(q, dtype=torch.bool)
+        for j, parent in enumerate(self.parents):  # parents come first: their rows are complete
+            if parent >= 0:
+                out[j] |= out[parent]
+        return out.to(device)
+
+
 def model_pair_scorer(model, batch_size: int = 8) -> PairScorer:
     """Summed log-probs of each pair's move tokens after its prompt from a causal LM, at about the cost of one
     forward over the distinct prompts and one over the moves' tokens:
@@ -142,9 +177,10 @@ def model_pair_scorer(model, batch_size: int = 8) -> PairScorer:
       (`models.prefix`: a scored turn's real and changed prompt share everything before the reply, and every
       prompt of a game its instructions); the LM head sees each prompt's last position only, whose log-softmax
       scores every move's first token;
-    * a prompt's moves then run as one packed row on its keys and values, each move attending to the prompt and
-      causally to its own tokens (a block-diagonal 4D mask, positions continuing the prompt's), so the prompt's
-      cache is never copied per move; the head runs at the moves' positions only.
+    * a prompt's moves then run as one packed row on its keys and values: their tokens as a trie (moves sharing
+      leading tokens, "1 2 3}" and "1 2 4}", share those positions), each node attending to the prompt and to its
+      ancestors (a 4D mask, positions continuing the prompt's), so the prompt's cache is never copied per move;
+      the head runs at the trie's nodes only.
 
     Equal to a whole forward per pair within 1e-5 in float32 (tests/test_pair_scorer.py). A model whose sliding
     window the prompts could reach scores one prompt at a time, unpacked (a window counts cache slots)."""
@@ -162,7 +198,7 @@ def model_pair_scorer(model, batch_size: int = 8) -> PairScorer:
         by_prompt: dict[tuple[int, ...], list[int]] = {}
         for k, (p, _) in enumerate(pairs):
             by_prompt.setdefault(tuple(p), []).append(k)
-        prompts = list(by_prompt)
+        prompts = sorted(by_prompt)  # prompts sharing a prefix (a turn's real and changed one) in one pass
         longest = max((len(p) + len(m) for p, m in pairs), default=0)
         step = 1 if window and longest > window else batch_size
 
@@ -186,39 +222,30 @@ def model_pair_scorer(model, batch_size: int = 8) -> PairScorer:
                 for i, (p, ms) in enumerate(zip(chunk, moves)):
                     for k, m in zip(by_prompt[tuple(p)], ms):
                         out[k] = float(first[i, m[0]])
-                # every move's tokens but its last (they predict the next one), packed per prompt
-                Q = max(sum(len(m) - 1 for m in ms) for ms in moves)
+                # the moves' tokens but their last (each predicts the next), as a trie packed in one row per prompt
+                tries = [_MoveTrie(ms) for ms in moves]
+                Q = max(len(t.tokens) for t in tries)
                 if Q == 0:
                     continue
                 tokens = torch.zeros((n, Q), dtype=torch.long, device=device)  # [n, Q]
-                positions = torch.zeros((n, Q), dtype=torch.long, device=device)  # [n, Q]
-                block = torch.full((n, Q), -1, dtype=torch.long, device=device)  # [n, Q] the move of each slot
-                for i, ms in enumerate(moves):
-                    at = 0
-                    for j, m in enumerate(ms):
-                        w = len(m) - 1
-                        tokens[i, at: at + w] = torch.tensor(m[:-1], device=device)
-                        positions[i, at: at + w] = len(chunk[i]) + torch.arange(w, device=device)
-                        block[i, at: at + w] = j
-                        at += w
-                    positions[i, at:] = len(chunk[i])  # padding: any position, never read
-                causal = torch.ones(Q, Q, dtype=torch.bool, device=device).tril()  # [Q, Q]
-                same = (block[:, :, None] == block[:, None, :]) & causal  # [n, Q, Q] each move on itself
-                same |= torch.eye(Q, dtype=torch.bool, device=device)  # (padding attends to itself)
-                allowed = torch.cat([run.mask.bool()[:, None, :].expand(n, Q, -1), same], dim=-1)  # [n, Q, KV + Q]
+                positions = torch.zeros((n, Q), dtype=torch.long, device=device)  # [n, Q] padding: never read
+                tree = torch.eye(Q, dtype=torch.bool, device=device).repeat(n, 1, 1)  # [n, Q, Q] padding: itself
+                for i, t in enumerate(tries):
+                    q = len(t.tokens)
+                    tokens[i, :q] = torch.tensor(t.tokens, device=device)
+                    positions[i, :q] = len(chunk[i]) + torch.tensor(t.depths, device=device)
+                    tree[i, :q, :q] = t.ancestry(device)
+                allowed = torch.cat([run.mask.bool()[:, None, :].expand(n, Q, -1), tree], dim=-1)  # [n, Q, KV + Q]
                 dtype = next(decoder.parameters()).dtype
                 bias = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
                     ~allowed, torch.finfo(dtype).min)[:, None]  # [n, 1, Q, KV + Q] additive
                 hidden = decoder(input_ids=tokens, attention_mask=bias, position_ids=positions,
                                  past_key_values=run.cache, use_cache=True).last_hidden_state  # [n, Q, H]
-                for i, ms in enumerate(moves):
-                    targets = [t for m in ms for t in m[1:]]  # what each packed slot predicts
-                    lp = logp_of(hidden[i, : len(targets)])  # [used, V]
-                    picked = lp[torch.arange(len(targets), device=device), torch.tensor(targets, device=device)].tolist()
-                    at = 0
-                    for k, m in zip(by_prompt[tuple(chunk[i])], ms):
-                        out[k] += sum(picked[at: at + len(m) - 1])
-                        at += len(m) - 1
+                for i, (t, ms) in enumerate(zip(tries, moves)):
+                    lp = logp_of(hidden[i, : len(t.tokens)])  # [q, V] each node's next-token log-probs
+                    for k, m, nodes in zip(by_prompt[tuple(chunk[i])], ms, t.paths):
+                        if nodes:
+                            out[k] += float(lp[torch.tensor(nodes, device=device), torch.tensor(m[1:], device=device)].sum())
         return out
 
     return score
