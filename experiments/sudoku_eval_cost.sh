@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 51, part 3: what a 64-board Sudoku-easy evaluation costs beside its own generation (target: at most 2x).
-# SmolLM2 (the instruct model), the Sudoku runs' prompt options, vLLM; one tiny iteration so that two evaluations
+# SmolLM2 (the instruct model) with the Sudoku levers' prompt (the newest observation and an example move, which
+# the base model copies, so episodes last a few turns and have replies to score), vLLM; one tiny iteration so that two evaluations
 # run (iteration -1 before the update, 0 after it); prints each evaluation's seconds, its generation's and the ratio.
 #
 #   bash experiments/sudoku_eval_cost.sh          # ~10-15 min on one core
@@ -9,6 +10,8 @@ PY="${PYTHON:-.venv/bin/python}"
 OUT="${OUT:-runs/sudoku_eval_cost}"
 rm -rf "$OUT"
 OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --env game:Sudoku-v0-easy --model smollm2 --template chatml \
+  --env-option history=last --env-option 'obs_suffix=
+The digits are 1 to 4. Answer with one move for an empty cell, e.g. {example}.' \
   --response-prefix '\boxed{' --max-new-tokens 6 --trainable-layers 6 --trust-region dppo_binary_tv \
   --episodes-per-iteration 4 --group-size 4 --mini-batch-size 4 --micro-batch-size 4 --iterations 1 \
   --eval-every 1 --eval-episodes 64 --seed 0 --threads 1 --no-progress --engine vllm --engine-dtype float32 \
