@@ -198,6 +198,13 @@ class TrainConfig:
         "trajectories). The same plan in a single-turn env.",
     )
     micro_batch_size: int = opt(4, "Turns per forward/backward; gradients accumulate up to the mini-batch.")
+    micro_batch_tokens: int = opt(
+        0,
+        "Micro-batches by a token budget instead of --micro-batch-size (0: off): a step's sorted rows share a "
+        "forward/backward while rows x the longest row stays within this many tokens (a longer row alone). Short "
+        "rows then run in few, large forwards (a CPU reads the weights once per forward); long ones never stack "
+        "past what fits.",
+    )
     logits_chunk_tokens: int = opt(
         4096,
         "Response tokens per LM-head block: a block's [tokens, vocab] logits are recomputed in backward "
@@ -422,7 +429,9 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"--max-turns must be >= 1, got {cfg.max_turns}")
     if cfg.gamma is not None and not 0.0 <= cfg.gamma <= 1.0:
         raise ConfigError(f"--gamma must be in [0, 1], got {cfg.gamma}")
-    if cfg.mini_batch_unit == "turns" and cfg.mini_batch_size % cfg.micro_batch_size:
+    if cfg.micro_batch_tokens < 0:
+        raise ConfigError(f"--micro-batch-tokens must be >= 0 (0: off), got {cfg.micro_batch_tokens}")
+    if cfg.mini_batch_unit == "turns" and not cfg.micro_batch_tokens and cfg.mini_batch_size % cfg.micro_batch_size:
         raise ConfigError(f"--mini-batch-size {cfg.mini_batch_size} must be a multiple of --micro-batch-size "
                           f"{cfg.micro_batch_size} (every optimizer step accumulates whole micro-batches)")
     for name in ("eval_every", "eval_episodes", "save_every", "log_episodes", "threads", "trainable_layers", "lora_rank",

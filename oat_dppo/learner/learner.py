@@ -24,8 +24,8 @@ from oat_dppo.learner.logprobs import sequence_layout
 from oat_dppo.learner.loop import (
     MuSource,
     StepPlan,
-    chunks,
     needs_pi_old,
+    plan_steps,
     plan_update,
     recompute_old_logp,
     run_update,
@@ -42,6 +42,7 @@ class LearnerConfig:
     mini_batch_size: int = 16  # turns (or episodes, see mini_batch_unit) per optimizer step
     mini_batch_unit: str = "turns"  # "episodes": a step takes that many whole episodes (needs episode_ids)
     micro_batch_size: int = 4  # turns per forward/backward (gradient accumulation)
+    micro_batch_tokens: int = 0  # > 0: micro-batches by this token budget (rows x longest row) instead
     logits_chunk_tokens: int = 4096  # response tokens per checkpointed LM-head block (0: one block)
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
@@ -120,7 +121,9 @@ class Learner:
                    else (lambda i: lengths[i]))
             ordered = sorted(range(batch.num_rows), key=key)
             with timed(self.on_timing, "forward"):  # pi_old: a no-grad forward over the batch
-                batch.old_logp = recompute_old_logp(self.model, batch, chunks(ordered, cfg.micro_batch_size),
+                micro = plan_steps(len(ordered), epochs=1, step_rows=len(ordered), micro_rows=cfg.micro_batch_size,
+                                   permutation=lambda n: ordered, lengths=lengths, micro_tokens=cfg.micro_batch_tokens)[0]
+                batch.old_logp = recompute_old_logp(self.model, batch, micro,
                                                     device=self.device, logits_chunk_tokens=cfg.logits_chunk_tokens)
             use_mu_source(batch, cfg.mu_source)
             recompute_s = time.perf_counter() - t0
@@ -161,7 +164,8 @@ class Learner:
             permutation=permutation, chain_of=None if rows is None else row_of(rows),
             # the prefix layout computes what a micro-batch's rows share once: rows sorted by their tokens put a
             # group's samples (one prompt) and an episode group's turns together; else by length (less padding)
-            sort_keys=[t.prompt_ids + t.response_ids for t in turns] if sequence_layout(self.model) == "prefix" else None)
+            sort_keys=[t.prompt_ids + t.response_ids for t in turns] if sequence_layout(self.model) == "prefix" else None,
+            micro_tokens=cfg.micro_batch_tokens)
         with timed(self.on_timing, "collate"):
             batch = collate(turns, self.pad_id, self.topk, rows=rows)
         if sequence_ids is not None:

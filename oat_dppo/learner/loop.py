@@ -55,6 +55,8 @@ def plan_steps(
     groups: Sequence[int] | None = None,
     step_counts: Literal["rows", "groups"] = "rows",
     split_groups: bool = False,
+    lengths: Sequence[int] | None = None,
+    micro_tokens: int = 0,
 ) -> list[StepPlan]:
     """Optimizer steps (each a list of micro-batches of row indices) for `epochs` passes over `n_rows`.
 
@@ -70,26 +72,57 @@ def plan_steps(
     micro-batch also takes whole groups, up to `micro_rows` rows (a larger group alone), so that a
     strategy deciding per episode sees the whole episode; with it the step's rows are cut into
     micro-batches like ungrouped rows.
+
+    `micro_tokens > 0` (with `lengths`, one per row): micro-batches are cut by a token budget instead of
+    `micro_rows`: consecutive rows (or groups) join a micro-batch while its padded grid, rows x the longest
+    row, stays within `micro_tokens` (a longer row or group alone). Short rows then share few, large
+    forwards; long ones are never stacked past what fits.
     """
+    if micro_tokens > 0 and lengths is None:
+        raise ValueError("micro_tokens needs the length of each row (lengths)")
+    cut = _Cutter(micro_rows, lengths, micro_tokens)
     if groups is not None:
-        return _plan_grouped_steps(groups, epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
+        return _plan_grouped_steps(groups, epochs=epochs, step_rows=step_rows, cut=cut,
                                    permutation=permutation, sort_keys=sort_keys, step_counts=step_counts,
                                    split_groups=split_groups)
     plan: list[StepPlan] = []
     for _ in range(epochs):
         order = list(permutation(n_rows))
         for start in range(0, n_rows, step_rows):
-            plan.append(_micro_batches(order[start : start + step_rows], micro_rows, sort_keys))
+            plan.append(_micro_batches(order[start : start + step_rows], cut, sort_keys))
     return plan
 
 
-def _micro_batches(rows: list[int], micro_rows: int, sort_keys: Sequence | None) -> StepPlan:
+class _Cutter:
+    """Consecutive units (lists of rows) into micro-batches: up to `micro_rows` rows, or with `micro_tokens` while
+    rows x the longest row stays within it; a unit over the limit alone."""
+
+    def __init__(self, micro_rows: int, lengths: Sequence[int] | None, micro_tokens: int):
+        self.micro_rows, self.lengths, self.micro_tokens = micro_rows, lengths, micro_tokens
+
+    def __call__(self, units: list[list[int]]) -> list[list[list[int]]]:
+        if not self.micro_tokens:
+            return _pack(units, self.micro_rows, at_most=True)
+        bins: list[list[list[int]]] = [[]]
+        rows = longest = 0
+        for unit in units:
+            unit_longest = max(self.lengths[i] for i in unit)
+            grown = (rows + len(unit)) * max(longest, unit_longest)
+            if bins[-1] and grown > self.micro_tokens:
+                bins.append([])
+                rows = longest = 0
+            bins[-1].append(unit)
+            rows, longest = rows + len(unit), max(longest, unit_longest)
+        return [b for b in bins if b]
+
+
+def _micro_batches(rows: list[int], cut: _Cutter, sort_keys: Sequence | None) -> StepPlan:
     if sort_keys is not None:
         rows = sorted(rows, key=lambda i: sort_keys[i])
-    return [rows[i : i + micro_rows] for i in range(0, len(rows), micro_rows)]
+    return [[r for unit in micro for r in unit] for micro in cut([[r] for r in rows])]
 
 
-def _plan_grouped_steps(groups, *, epochs, step_rows, micro_rows, permutation, sort_keys, step_counts,
+def _plan_grouped_steps(groups, *, epochs, step_rows, cut, permutation, sort_keys, step_counts,
                         split_groups) -> list[StepPlan]:
     if step_counts not in ("rows", "groups"):
         raise ValueError(f"step_counts={step_counts!r}: 'rows' or 'groups'")
@@ -106,11 +139,11 @@ def _plan_grouped_steps(groups, *, epochs, step_rows, micro_rows, permutation, s
             steps = _pack(order, step_rows)
         for step in steps:
             if split_groups:
-                plan.append(_micro_batches([r for rows in step for r in rows], micro_rows, sort_keys))
+                plan.append(_micro_batches([r for rows in step for r in rows], cut, sort_keys))
                 continue
             if sort_keys is not None:
                 step = sorted(step, key=lambda rows: max(sort_keys[i] for i in rows))
-            plan.append([[r for rows in micro for r in rows] for micro in _pack(step, micro_rows, at_most=True)])
+            plan.append([[r for rows in micro for r in rows] for micro in cut(step)])
     return plan
 
 
@@ -144,6 +177,7 @@ def plan_update(
     sort_rows: bool = True,
     sort_keys: Sequence | None = None,
     chain_of: Sequence[int] | None = None,
+    micro_tokens: int = 0,
 ) -> tuple[list[StepPlan], list[int] | None]:
     """Both backends' plan for one rollout batch of turns: (optimizer steps, the sequence id of each row
     or None). `episode_ids` (one per turn) say which turns are one episode:
@@ -157,6 +191,8 @@ def plan_update(
 
     `permutation(n)` orders the n units (turns, or episodes when they are kept together) of each epoch. A
     step's units are sorted by `sort_keys` (one per turn; default: `lengths`) unless `sort_rows` is False.
+    `micro_tokens > 0`: micro-batches by a token budget over `lengths` (`plan_steps`; an episode kept together
+    counts its turns' rows, which overcounts a chained episode's one row: the budget stays an upper bound).
     """
     if mini_batch_unit == "episodes" and episode_ids is None:
         raise ValueError("mini_batch_unit='episodes' needs the episode of each turn (episode_ids)")
@@ -173,7 +209,8 @@ def plan_update(
                       permutation=permutation,
                       sort_keys=(list(lengths) if sort_keys is None else sort_keys) if sort_rows else None,
                       groups=groups if (together or by_episode) else None,
-                      step_counts="groups" if by_episode else "rows", split_groups=not together)
+                      step_counts="groups" if by_episode else "rows", split_groups=not together,
+                      lengths=list(lengths), micro_tokens=micro_tokens)
     if not packed:
         return plan, (groups if episode_sequences else None)
     plan = [[list(dict.fromkeys(int(chain_of[t]) for t in micro)) for micro in step] for step in plan]

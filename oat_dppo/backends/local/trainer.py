@@ -204,6 +204,7 @@ class LocalTrainer:
                 mini_batch_size=cfg.mini_batch_size,
                 mini_batch_unit=cfg.mini_batch_unit,
                 micro_batch_size=cfg.micro_batch_size,
+                micro_batch_tokens=cfg.micro_batch_tokens,
                 logits_chunk_tokens=cfg.logits_chunk_tokens,
                 max_grad_norm=cfg.max_grad_norm,
                 aggregation=cfg.aggregation,

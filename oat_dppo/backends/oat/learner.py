@@ -248,7 +248,8 @@ class DPPOLearner(PPOLearner):
             [len(t.prompt_ids) + len(t.response_ids) for _, t in turns], [e for e, _ in turns],
             trajectory_sequences=self.trajectory_sequences,
             mini_batch_unit=args.mini_batch_unit, epochs=args.num_ppo_epochs, step_rows=mb * hooks.acc_steps,
-            micro_rows=mb, permutation=np.random.permutation, sort_rows=False, chain_of=row_of(rows))
+            micro_rows=mb, permutation=np.random.permutation, sort_rows=False, chain_of=row_of(rows),
+            micro_tokens=args.micro_batch_tokens)
         if sequence_ids is not None:
             batch.sequence_ids = torch.tensor(sequence_ids, dtype=torch.long)  # [B]
         metrics = run_update(policy, batch, plan, self.trust_region, hooks, device=device,
