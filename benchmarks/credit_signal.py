@@ -10,7 +10,11 @@ is d log pi(a) / d logit(read) = 1[read] - q, so a batch's policy gradient along
 
     g = (1 / turns) sum_turns A_t (1[read_t] - q)        (the token mean of the loss; one move a turn)
 
-and the batch pushes reading up when g > 0. Per mode (`agent.advantages.assign_advantages`, with and without
+and the batch pushes reading up when g > 0. Beside it, what the same batch does to the first guess (made before any
+hint, uniform over the range under this policy, so no first guess is better than another in expectation):
+g_k = (1 / turns) sum_{first turns} A_t (1[guess = k] - 1 / range) for each number k, and its root mean square
+over k, the push toward numbers that happened to win in this batch (the group's hidden numbers): noise the next
+batches must undo. Per mode (`agent.advantages.assign_advantages`, with and without
 `--episode-balance`) over `batches` batches of `episodes` episodes in groups of `group_size` (one hidden number a
 group), the table gives the mean of g, its standard deviation across batches and their ratio (signal to noise
 per batch: the batches needed before the summed steps point the right way at 2 sigma are (2 / ratio)^2). The
@@ -65,12 +69,12 @@ def play_batch(cfg: Config, q: float, rng: random.Random, base_seed: int) -> lis
             elif read:  # the control: an interval of the same kind, unrelated to the hints
                 a, b = sorted(rng.sample(range(low, high + 1), 2))
                 low, high = a, b
-            action = f"\\boxed{{{rng.randint(low, high)}}}"
-            nxt, reward, terminated, truncated, _ = env.step(action)
+            guess = rng.randint(low, high)
+            nxt, reward, terminated, truncated, _ = env.step(f"\\boxed{{{guess}}}")
             done = terminated or truncated
             ep.turns.append(Turn(prompt_ids=[], response_ids=[int(read)], behavior_logprobs=np.zeros(1, np.float32),
                                  reward=float(reward), done=done, truncated=truncated, well_formed=True,
-                                 finish_reason="stop", observation=obs))
+                                 finish_reason="stop", observation=obs, response_text=str(guess)))
             obs = nxt
         episodes.append(ep)
     return episodes
@@ -82,11 +86,23 @@ def gradient(episodes: list[Episode], q: float) -> float:
     return float(np.mean(terms))
 
 
+def first_guess_push(episodes: list[Episode], span: range) -> float:
+    """Root mean square over k of g_k = (1 / turns) sum_{first turns} A_t (1[guess = k] - 1 / len(span))."""
+    turns = sum(len(e.turns) for e in episodes)
+    push = np.zeros(len(span))
+    for e in episodes:
+        t = e.turns[0]
+        push += t.advantage * ((np.array(span) == int(t.response_text)) - 1 / len(span))
+    return float(np.sqrt(np.mean((push / turns) ** 2)))
+
+
 def measure(cfg: Config) -> list[dict]:
     rows = []
     for q in [float(x) for x in cfg.reads.split(",")]:
         rng = random.Random(cfg.seed)
         grads: dict[tuple[str, bool], list[float]] = {(m, b): [] for m in ADVANTAGE_MODES for b in (False, True)}
+        pushes: dict[tuple[str, bool], list[float]] = {key: [] for key in grads}
+        low, high = guess_range(make_env(cfg.env, seed=0).reset(seed=0)[0])
         success = []
         for k in range(cfg.batches):
             episodes = play_batch(cfg, q, rng, base_seed=cfg.seed * 1_000_003 + k * cfg.episodes)
@@ -94,12 +110,14 @@ def measure(cfg: Config) -> list[dict]:
             for mode, balance in grads:
                 assign_advantages(episodes, mode, gamma=cfg.gamma, episode_balance=balance)
                 grads[mode, balance].append(gradient(episodes, q))
+                pushes[mode, balance].append(first_guess_push(episodes, range(low, high + 1)))
             print(f"  q={q}: batch {k + 1}/{cfg.batches}", file=sys.stderr, end="\r", flush=True)
         print(file=sys.stderr)
         for (mode, balance), g in grads.items():
             g = np.asarray(g)
             rows.append({"q": q, "success": float(np.mean(success)), "mode": mode, "balance": balance,
-                         "mean": float(g.mean()), "std": float(g.std(ddof=1)), "snr": float(g.mean() / g.std(ddof=1))})
+                         "mean": float(g.mean()), "std": float(g.std(ddof=1)), "snr": float(g.mean() / g.std(ddof=1)),
+                         "first_push": float(np.mean(pushes[mode, balance]))})
     return rows
 
 
@@ -108,12 +126,14 @@ def main(argv: list[str]) -> int:
     rows = measure(cfg)
     print(f"{cfg.env}, {cfg.batches} batches of {cfg.episodes} episodes in groups of {cfg.group_size}, gamma "
           f"{cfg.gamma}{', CONTROL: hints say nothing' if cfg.control else ''}\n")
-    print("| q (reads) | success | mode | episode balance | mean g | std g | signal/noise per batch | batches for 2 sigma |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| q (reads) | success | mode | episode balance | mean g | std g | signal/noise per batch | batches for 2 sigma "
+          "| first-guess push (RMS over numbers) | its ratio to mean g |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         need = (2 / r["snr"]) ** 2 if r["snr"] > 0 else float("inf")
         print(f"| {r['q']:.1f} | {r['success']:.2f} | {r['mode']} | {'yes' if r['balance'] else 'no'} | "
-              f"{r['mean']:+.4f} | {r['std']:.4f} | {r['snr']:+.2f} | {need:.0f} |")
+              f"{r['mean']:+.4f} | {r['std']:.4f} | {r['snr']:+.2f} | {need:.0f} | {r['first_push']:.4f} | "
+              f"{r['first_push'] / abs(r['mean']):.2f} |")
     return 0
 
 

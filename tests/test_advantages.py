@@ -83,6 +83,17 @@ def test_group_norm_divides_by_the_group_std_plus_eps():
     assert all(math.isfinite(x) for turns in got for x in turns), got
 
 
+def test_group_norm_of_a_group_with_one_return_is_zero_on_every_turn():
+    """Two episodes that both won at turn 3 under gamma 0.9: G_0 = 0.81 for both (std 0), and the last turn's
+    G_2 = 1 would be (1 - 0.81) / (0 + eps) = 190,000 (what `benchmarks credit-signal` met with groups of 2);
+    the group gives no signal: 0 on every turn. `group` keeps its bounded G_t - mean G_0."""
+    batch = [episode(0, [0.0, 0.0, 1.0]), episode(0, [0.0, 0.0, 1.0])]
+    assign_advantages(batch, "group_norm", gamma=0.9)
+    assert advantages(batch) == [[0.0] * 3] * 2
+    assign_advantages(batch, "group", gamma=0.9)
+    assert advantages(batch)[0] == pytest.approx([0.0, 0.09, 0.19])
+
+
 def test_group_episode_credits_every_turn_with_its_episode_return():
     """group_episode: A = G_0 - mean G_0 on every turn (the paper's R(y) - mean R with y a whole
     trajectory). Seed 0: [0, 1] at gamma 1 has G_0 = 1, so both of its turns get 0.75 as in `group`

@@ -14,5 +14,6 @@ def test_reading_is_credited_and_the_control_is_not():
     for key, r in rows.items():
         assert r["mean"] > 0 and r["snr"] > 0.3, key  # reading wins more: every mode pushes it up
         assert abs(control[key]["snr"]) < r["snr"] / 2, key  # hints that say nothing: no push either way
+        assert 0 < r["first_push"] < 1, key  # winning first guesses pull their numbers up, bounded
     assert 0.45 < rows["group", False]["success"] < 0.7  # half the turns read (a reader alone wins ~0.76)
     assert control["group", False]["success"] < 0.45  # near the blind 0.40

@@ -34,7 +34,8 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
     batch_norm:    (G_t - mean G) / std G over every turn of the batch (GEM's Oat examples).
     group:         G_t - mean of the episode returns G_0 of the episodes that started from the same seed
                    (a GRPO baseline without std normalization, as the paper's eq. 23 runs use).
-    group_norm:    the same, divided by the group's std of episode returns (GRPO proper).
+    group_norm:    the same, divided by the group's std of episode returns (GRPO proper); 0 for a group whose
+                   episodes all got one return (no signal to normalize; G_t - G_0 / 0 would be unbounded).
     group_episode: G_0 - mean G_0 over the group, the same for every turn of an episode: the paper's
                    sequence-level advantage R(y) - mean R (under eq. 9; Shao et al.) with a whole trajectory as y.
 
@@ -91,6 +92,11 @@ def _assign(live: Sequence[Episode], mode: AdvantageMode, gamma: float, eps: flo
         returns = np.array([m.turns[0].ret for m in members], dtype=np.float64)  # G_0: episode returns
         baseline = returns.mean()
         scale = returns.std() + eps if mode == "group_norm" else 1.0
+        if mode == "group_norm" and returns.std() <= eps:  # one return for all: no signal, and a turn's G_t - G_0
+            for m in members:  # over a zero std would be unbounded (two wins at turn 3: 0.19 / 1e-6)
+                for t in m.turns:
+                    t.advantage = 0.0
+            continue
         if mode == "gigpo":
             _assign_gigpo(members, returns, eps)
             continue
