@@ -15,6 +15,15 @@ negative advantage, which at seed 0 raised the asking rate 0.26 -> 0.85 in 20 it
 
 Measured, seed 0, 40 iterations of 128 episodes, 2-6 s an iteration on a busy core: success over the last 10
 iterations 0.61 (asks in 0.99 of them) at gamma 1, against 0.27 (asks 0.08; every turn-1 advantage 0) at gamma 0.
+
+Not robust (2026-11-29): after the learner's shared prefixes changed its float summation order (log-probs and
+gradients equal within 1e-6, checked on this env's batch), seed 0 at gamma 0 asked 0.74 of the time. Seeds 0-3,
+last 10 iterations, gamma 0 / gamma 1: success 0.43 / 0.75, 0.52 / 0.27, 0.50 / 0.68, 0.77 / 0.77; asked 0.74 /
+1.0, 0.40 / 0.22, 1.0 / 1.0, 1.0 / 1.0. Without any turn-1 credit the asking rate still moved up in 3 seeds of 4:
+turn 2's training reaches turn 1 through the shared weights (its answers are single characters, half of them the
+asking class). So the behaviour is no control here, and the first test alone is no evidence of credit across
+turns; what gamma 0 guarantees exactly, and the second test asserts, is that turn 1's advantages are 0. An env
+whose asking and answering tokens are disjoint is the fix (not built yet).
 """
 
 from __future__ import annotations
@@ -58,8 +67,8 @@ def test_a_tiny_model_learns_to_ask_when_the_reward_reaches_the_first_turn(tmp_p
 
 
 @pytest.mark.slow
-def test_at_gamma_0_the_first_turn_gets_no_credit_and_it_never_learns_to_ask(tmp_path):
-    success, asked, first_advantages = run(tmp_path, gamma="0")
-    assert set(first_advantages) == {0.0}
-    assert success < LEARNED and success <= BLIND + 0.15, (success, asked)
-    assert asked <= 0.5, (success, asked)
+def test_at_gamma_0_the_first_turn_gets_no_credit(tmp_path):
+    """Every logged turn-1 advantage is exactly 0 (its return and its group's mean episode return are both 0);
+    the asking rate is not asserted (the module docstring: it drifts without credit)."""
+    _, _, first_advantages = run(tmp_path, gamma="0")
+    assert first_advantages and set(first_advantages) == {0.0}
