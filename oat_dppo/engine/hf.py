@@ -20,6 +20,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
+
 from oat_dppo.models.prefix import MIN_SHARED, plan_prefixes, prefix_forward
 
 from .base import Generation, as_id_list, pad_token_id, token_budgets

@@ -6,8 +6,9 @@ rows then run as one right-padded batch at their own positions, attending to the
 masked) and causally to themselves (`prefix_forward`). Exact: every real position sees the same keys at the same
 positions as in the padded [R, T] forward.
 
-Two users: the learner (`learner.logprobs`, with the graph: the backward sums each row's gradient into its
-cluster's one prefix forward) and the HF engine (`engine.hf`, which then decodes from the returned cache).
+Three users: the learner (`learner.logprobs`, with the graph: the backward sums each row's gradient into its
+cluster's one prefix forward), the HF engine (`engine.hf`, which then decodes from the returned cache) and the
+reply-effect scorer (`agent.reply_effect`, which scores the moves on it).
 """
 
 from __future__ import annotations
