@@ -116,7 +116,9 @@ def measure(cfg: Config) -> list[dict]:
         for (mode, balance), g in grads.items():
             g = np.asarray(g)
             rows.append({"q": q, "success": float(np.mean(success)), "mode": mode, "balance": balance,
-                         "mean": float(g.mean()), "std": float(g.std(ddof=1)), "snr": float(g.mean() / g.std(ddof=1)),
+                         "mean": float(g.mean()), "std": float(g.std(ddof=1)),
+                         # a mode that gives no advantage at all (a group of 1) has no signal, not a NaN
+                         "snr": float(g.mean() / g.std(ddof=1)) if g.std(ddof=1) > 0 else 0.0,
                          "first_push": float(np.mean(pushes[mode, balance]))})
     return rows
 
@@ -133,7 +135,7 @@ def main(argv: list[str]) -> int:
         need = (2 / r["snr"]) ** 2 if r["snr"] > 0 else float("inf")
         print(f"| {r['q']:.1f} | {r['success']:.2f} | {r['mode']} | {'yes' if r['balance'] else 'no'} | "
               f"{r['mean']:+.4f} | {r['std']:.4f} | {r['snr']:+.2f} | {need:.0f} | {r['first_push']:.4f} | "
-              f"{r['first_push'] / abs(r['mean']):.2f} |")
+              + (f"{r['first_push'] / abs(r['mean']):.2f} |" if r["mean"] else "n/a |"))
     return 0
 
 
