@@ -233,6 +233,12 @@ class TrainConfig:
         "game that ends at a win weighs less than the losses that play every turn, so a group's advantages sum "
         "below zero over its turns (docs/warm_start.md).",
     )
+    shuffle_advantages: bool = opt(
+        False,
+        "A control, not a method: each batch's advantages are permuted at random over its trained turns, so an "
+        "update has its usual size and says nothing about which moves won. What a run without credit does; "
+        "a learning curve means something only beside it (docs/warm_start.md).",
+    )
 
     # ---- warm start ----------------------------------------------------------------------------
     warm_start: Optional[str] = opt(

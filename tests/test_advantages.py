@@ -214,3 +214,22 @@ def test_episode_balance_counts_only_trained_turns_and_keeps_equal_lengths_as_th
     # n = 1 and 2, mean 1.5: the first episode's trained turn carries 1.5x its advantage, the second 0.75x
     assert advantages(untrained)[0][0] == pytest.approx(1.5 * 1.0, abs=1e-5)
     assert advantages(untrained)[1] == pytest.approx([0.75 * -1.0] * 2, abs=1e-5)
+
+
+def test_shuffled_advantages_keep_their_values_and_lose_their_turns():
+    """The control (`--shuffle-advantages`): the same values over the trained turns, in an order the generator
+    draws (so winners no longer carry the positive ones); untrained turns keep theirs; one generator, one order."""
+    def batch():
+        return [episode(s, r) for s in range(4) for r in ([1.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0])]
+
+    plain, shuffled, again = batch(), batch(), batch()
+    for b in (shuffled, again):
+        b[0].turns[0].response_ids = []  # not trained: not shuffled
+    assign_advantages(plain, "batch_norm", gamma=0.9)
+    assign_advantages(shuffled, "batch_norm", gamma=0.9, shuffle=np.random.default_rng(0))
+    assign_advantages(again, "batch_norm", gamma=0.9, shuffle=np.random.default_rng(0))
+    flat = lambda eps: [a for e in eps for a in [t.advantage for t in e.turns]]  # noqa: E731
+    assert shuffled[0].turns[0].advantage == plain[0].turns[0].advantage
+    assert sorted(flat(shuffled)[1:]) == pytest.approx(sorted(flat(plain)[1:]))
+    assert flat(shuffled)[1:] != pytest.approx(flat(plain)[1:])
+    assert flat(again) == flat(shuffled)

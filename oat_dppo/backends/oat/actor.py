@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 from typing import Sequence
 
+import numpy as np
 import vllm
 from oat.algorithms.ppo import PPOActor
 from vllm.lora.request import LoRARequest
@@ -140,7 +141,10 @@ class DPPOActor(PPOActor):
                 max_new_tokens=args.generate_max_length, topk=self.topk,
                 generation_seed=derive_seed(self.seed_base, "oat-gen", actor_id, self.steps_done, rounds),
             )
-            assign_advantages(episodes, args.advantage, gamma=args.gamma, episode_balance=args.episode_balance)
+            control = np.random.default_rng(derive_seed(self.seed_base, "shuffle-advantages", actor_id,
+                                                        self.steps_done, rounds))
+            assign_advantages(episodes, args.advantage, gamma=args.gamma, episode_balance=args.episode_balance,
+                              shuffle=control if args.shuffle_advantages else None)
             trained = [[t for t in e.turns if t.response_ids] if e.error is None else [] for e in episodes]
             errors += stats.error_messages
             if any(trained):

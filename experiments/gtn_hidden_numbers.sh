@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 50: does RL from the warm start lose reading because each update sees few hidden numbers?
+# experiments/gtn_epochs.sh's arm B (group_norm, lr 1e-4, optimizer steps of 16 turns, 64 episodes an iteration in
+# 8 groups of 8) fell from 0.391 to 0.188 held out while repeated guesses rose 0.19 -> 0.31. Every winning episode
+# of a group ends on the group's hidden number, so with 8 groups an update raises at most 8 numbers wherever they
+# were played. These arms keep everything else of that arm and spread the same 64 episodes over more hidden numbers:
+#
+#   ARM=groups32 bash experiments/gtn_hidden_numbers.sh   # 32 groups of 2, group_norm
+#   ARM=groups64 bash experiments/gtn_hidden_numbers.sh   # 64 groups of 1: no group baseline, batch_norm
+#   ARM=groups8 bash experiments/gtn_hidden_numbers.sh    # gtn_epochs.sh's arm B again, with today's code
+#
+# And the control every arm is read against: groups8 with its advantages shuffled over the batch's turns
+# (--shuffle-advantages), updates of the same size that carry no credit. If an arm loses reading as fast as the
+# control, the loss is the updates' noise, not what the advantages say.
+#
+#   ARM=groups8_shuffled bash experiments/gtn_hidden_numbers.sh
+#
+# Same model as gtn_epochs.sh (runs/oat_recipe/model, bash experiments/gtn_warm_start_oat.sh's first two steps),
+# ~70 min an arm on one core here. Records: docs/results/gtn_hidden_numbers/.
+set -euo pipefail
+PY="${PYTHON:-.venv/bin/python}"
+MODEL="${MODEL:-runs/oat_recipe/model}"
+OUT="${OUT:-runs/gtn_hidden_numbers}"
+[ -f "$MODEL/config.json" ] || { echo "needs the exported warm start: bash experiments/gtn_warm_start_oat.sh (its first two steps)"; exit 2; }
+ARM="${ARM:-groups64}"
+case "$ARM" in
+  groups32) OPTS=(--group-size 2 --advantage group_norm) ;;
+  groups64) OPTS=(--group-size 1 --advantage batch_norm) ;;
+  groups8) OPTS=(--group-size 8 --advantage group_norm) ;;
+  groups8_shuffled) OPTS=(--group-size 8 --advantage group_norm --shuffle-advantages) ;;
+  *) echo "ARM: groups32, groups64, groups8 or groups8_shuffled"; exit 2 ;;
+esac
+OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --env game:GuessTheNumber-v0-easy --env-option partial_credit=false \
+  --response-prefix '\boxed{' --max-new-tokens 6 --trainable-layers 6 --model "$MODEL" --template chatml \
+  --trust-region dppo_binary_tv --episodes-per-iteration 64 "${OPTS[@]}" --mini-batch-size 16 --num-ppo-epochs 1 \
+  --learning-rate 1e-4 --iterations 20 --eval-every 5 --micro-batch-size 8 \
+  --eval-episodes 64 --seed 0 --threads 1 --log-episodes 8 --no-progress \
+  --engine vllm --engine-dtype float32 --save-every 4 --run-dir "$OUT/$ARM" "$@"
