@@ -31,6 +31,9 @@ BENCHMARKS = {
                                       "generation, learning, tokens/s and peak memory as ratios to TRL's"),
     "credit-signal": ("benchmarks.credit_signal", "GuessTheNumber: how strongly each --advantage mode credits reading "
                                                   "the hints (policy-gradient signal to noise per rollout batch)"),
+    "gradient-noise": ("benchmarks.gradient_noise", "a run's loss on its own rollouts: the turns a step needs before "
+                                                    "signal outweighs noise (gradient noise scale), and a no-credit "
+                                                    "control"),
     "gpu": ("benchmarks.gpu", "one GPU: vLLM rollout, weight sync, learner, and the mismatch table"),
 }
 USAGE = "usage: python -m benchmarks {" + ",".join(BENCHMARKS) + "} [--help | options]"
