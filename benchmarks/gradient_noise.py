@@ -46,17 +46,17 @@ from oat_dppo.seeds import derive_seed, episode_seeds
 
 @dataclass
 class Config:
-    batches: int = opt(3, "rollout batches of --episodes-per-iteration episodes each (independent seeds)")
+    batches: int = opt(2, "rollout batches of --episodes-per-iteration episodes each (independent seeds; the "
+                          "first half against the second for the cosine)")
 
 
 class GradientRecorder:
-    """`UpdateHooks` that keep each optimizer step's gradient (flattened over `params`, float64 sums only) and
-    apply none: the weights never move."""
+    """`UpdateHooks` that keep the last optimizer step's gradient (flattened over `params`, float64) and apply
+    none: the weights never move."""
 
     def __init__(self, params: list[torch.nn.Parameter]):
         self.params = params
-        self.sums: dict[str, torch.Tensor] = {}
-        self.sq_norms: list[float] = []
+        self.pending: torch.Tensor | None = None  # the last step's gradient [P]
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -83,12 +83,35 @@ class GradientRecorder:
         return float(self.pending.norm())
 
 
-def step_gradients(trainer, turns, episode_ids, rng: random.Random) -> tuple[list[torch.Tensor], int]:
-    """Each full-size step's gradient [P] of the learner's plan over `turns`, and that size in turns."""
+class StepStats:
+    """Running sums over step gradients of b turns, in two halves (independent rollouts): what `noise_scale`
+    needs, in memory of two gradients whatever the number of steps."""
+
+    def __init__(self):
+        self.b = 0
+        self.count = [0, 0]
+        self.sq_norm_sum = 0.0
+        self.sums: list[torch.Tensor | None] = [None, None]
+
+    def add(self, grad: torch.Tensor, b: int, half: int) -> None:
+        if self.b and b != self.b:
+            raise ValueError(f"steps of {b} turns beside steps of {self.b}")
+        self.b = b
+        self.count[half] += 1
+        self.sq_norm_sum += float(grad.dot(grad))
+        self.sums[half] = grad.clone() if self.sums[half] is None else self.sums[half].add_(grad)
+
+    @property
+    def steps(self) -> int:
+        return sum(self.count)
+
+
+def record_steps(trainer, turns, episode_ids, rng: random.Random, stats: StepStats, half: int) -> None:
+    """Add each full-size step's gradient [P] of the learner's plan over `turns` to `stats`."""
     learner = trainer.learner
     prepared = learner.prepare(turns, rng, episode_ids)
     if prepared is None:
-        return [], 0
+        return
     batch, plan = prepared
     cfg = learner.config
     if needs_pi_old(learner.trust_region, cfg.mu_source):  # the weights never move: pi_old is the policy now
@@ -96,9 +119,8 @@ def step_gradients(trainer, turns, episode_ids, rng: random.Random) -> tuple[lis
                                             device=learner.device, logits_chunk_tokens=cfg.logits_chunk_tokens)
         use_mu_source(batch, cfg.mu_source)
     sizes = [batch.num_turns([r for micro in step for r in micro]) for step in plan]
-    b = max(sizes)
+    b = stats.b or max(sizes)
     recorder = GradientRecorder([p for p in learner.model.parameters() if p.requires_grad])
-    grads: list[torch.Tensor] = []
     learner.model.train()
     for step, size in zip(plan, sizes):
         if size != b:
@@ -106,22 +128,22 @@ def step_gradients(trainer, turns, episode_ids, rng: random.Random) -> tuple[lis
         run_update(learner.model, batch, [step], learner.trust_region, recorder, device=learner.device,
                    aggregation=cfg.aggregation, constant_length=cfg.constant_length,
                    logits_chunk_tokens=cfg.logits_chunk_tokens)
-        grads.append(recorder.pending)
+        stats.add(recorder.pending, b, half)
+        recorder.pending = None
     learner.model.eval()
-    return grads, b
 
 
-def noise_scale(grads: list[torch.Tensor], b: int) -> dict[str, float]:
-    """B_noise and its parts from M step gradients of b turns each (the module's docstring)."""
-    m = len(grads)
+def noise_scale(stats: StepStats) -> dict[str, float]:
+    """B_noise and its parts from the M step gradients of b turns each in `stats` (the module's docstring)."""
+    m, b = stats.steps, stats.b
     B = m * b
-    mean = torch.stack(grads).mean(0)  # [P]
-    S = float(np.mean([float(g.dot(g)) for g in grads]))
+    a, c = stats.sums
+    mean = (a + c) / m  # [P]
+    S = stats.sq_norm_sum / m
     GB = float(mean.dot(mean))
     signal = (B * GB - b * S) / (B - b)
     trace = (S - GB) / (1 / b - 1 / B)
-    half = m // 2
-    a, c = torch.stack(grads[:half]).mean(0), torch.stack(grads[half:]).mean(0)
+    a, c = a / stats.count[0], c / stats.count[1]
     cos = float(a.dot(c) / (a.norm() * c.norm()).clamp_min(1e-30))
     return {"steps": m, "b": b, "S": S, "signal": signal, "trace": trace,
             "B_noise": trace / signal if signal > 0 else math.inf, "halves_cos": cos}
@@ -134,8 +156,7 @@ def measure(cfg: Config, tc: TrainConfig) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="oat_dppo-gradient-noise-") as tmp:
         trainer = LocalTrainer(tc, RunDir(tmp))
         try:
-            grads: dict[str, list[torch.Tensor]] = {"advantages": [], "shuffled (control)": []}
-            b = 0
+            stats = {"advantages": StepStats(), "shuffled (control)": StepStats()}
             for k in range(cfg.batches):
                 seeds = episode_seeds(tc.seed, k, tc.episodes_per_iteration, tc.group_size)
                 episodes, _ = play_episodes(trainer.engine, trainer.envs, seeds, trainer.prompt,
@@ -148,14 +169,14 @@ def measure(cfg: Config, tc: TrainConfig) -> dict[str, dict[str, float]]:
                                       ("shuffled (control)", np.random.default_rng(derive_seed(tc.seed, "control", k)))):
                     assign_advantages(episodes, tc.advantage, gamma=trainer.gamma,
                                       episode_balance=tc.episode_balance, shuffle=shuffle)
-                    g, b = step_gradients(trainer, turns, episode_ids, random.Random(derive_seed(tc.seed, "plan", k)))
-                    grads[name] += g
+                    record_steps(trainer, turns, episode_ids, random.Random(derive_seed(tc.seed, "plan", k)),
+                                 stats[name], half=int(k >= cfg.batches / 2))
                 mean_return = np.mean([e.episode_return for e in played]) if played else float("nan")
                 print(f"batch {k + 1}/{cfg.batches}: {len(played)} episodes, {len(turns)} turns, mean return "
                       f"{mean_return:.2f}", file=sys.stderr, flush=True)
         finally:
             trainer.close()
-    return {name: noise_scale(g, b) for name, g in grads.items() if len(g) >= 2}
+    return {name: noise_scale(st) for name, st in stats.items() if min(st.count) >= 1}
 
 
 def split(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -171,8 +192,8 @@ def main(argv: list[str]) -> int:
     cfg = parse(Config, own, prog="python -m benchmarks gradient-noise [options] -- <run options>",
                 description=__doc__)
     tc = parse(TrainConfig, run, prog="python -m benchmarks gradient-noise ... --")
-    if cfg.batches < 1:
-        return fail("--batches must be at least 1")
+    if cfg.batches < 2:
+        return fail("--batches must be at least 2 (the halves' cosine compares independent rollouts)")
     if tc.num_ppo_epochs != 1:
         return fail("gradient-noise takes every step at the rollout's weights: one pass (--num-ppo-epochs 1)")
     rows = measure(cfg, tc)

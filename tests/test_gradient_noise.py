@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from benchmarks.gradient_noise import main, noise_scale, step_gradients
+from benchmarks.gradient_noise import StepStats, main, noise_scale, record_steps
 from oat_dppo.agent import assign_advantages, play_episodes
 from oat_dppo.backends.local import LocalTrainer
 from oat_dppo.config import TrainConfig
@@ -20,6 +20,13 @@ TINY = dict(env="smoke:ask_first", model="tiny-qwen3", engine="hf", threads=1, t
             eval_every=0, log_episodes=0)
 
 
+def stats_of(grads: list[torch.Tensor], b: int) -> StepStats:
+    stats = StepStats()
+    for i, g in enumerate(grads):
+        stats.add(g, b, half=int(i >= len(grads) // 2))
+    return stats
+
+
 def test_the_estimator_recovers_known_signal_and_noise():
     """g_i = G + e_i / sqrt(b), e_i ~ N(0, sigma^2 I_P): |G|^2 and tr(Sigma) = P sigma^2 come back, and B_noise is
     their ratio; with G = 0 the signal estimate is ~0 and the halves' cosine ~0."""
@@ -27,12 +34,12 @@ def test_the_estimator_recovers_known_signal_and_noise():
     P, b, m, sigma = 2000, 16, 400, 0.5
     G = torch.randn(P, generator=gen, dtype=torch.float64) * 0.05  # |G|^2 ~ 5
     grads = [G + torch.randn(P, generator=gen, dtype=torch.float64) * sigma / b ** 0.5 for _ in range(m)]
-    r = noise_scale(grads, b)
+    r = noise_scale(stats_of(grads, b))
     assert abs(r["signal"] / float(G.dot(G)) - 1) < 0.1
     assert abs(r["trace"] / (P * sigma ** 2) - 1) < 0.05
     assert abs(r["B_noise"] / (P * sigma ** 2 / float(G.dot(G))) - 1) < 0.15
     assert r["halves_cos"] > 0.9
-    pure = noise_scale([torch.randn(P, generator=gen, dtype=torch.float64) for _ in range(m)], b)
+    pure = noise_scale(stats_of([torch.randn(P, generator=gen, dtype=torch.float64) for _ in range(m)], b))
     assert abs(pure["signal"]) < 0.05 * pure["trace"] / b and abs(pure["halves_cos"]) < 0.2
 
 
@@ -46,12 +53,12 @@ def test_recorded_steps_leave_the_weights_where_they_were(tmp_path):
         assign_advantages(episodes, "batch_norm", gamma=1.0)
         turns = [t for e in episodes for t in e.turns]
         ids = [i for i, e in enumerate(episodes) for _ in e.turns]
-        first, b = step_gradients(trainer, turns, ids, random.Random(0))
-        again, _ = step_gradients(trainer, turns, ids, random.Random(0))
-        assert b == 4 and len(first) >= 2
-        assert any(float(g.norm()) > 0 for g in first)
-        for g, h in zip(first, again):
-            torch.testing.assert_close(g, h)
+        first, again = StepStats(), StepStats()
+        record_steps(trainer, turns, ids, random.Random(0), first, half=0)
+        record_steps(trainer, turns, ids, random.Random(0), again, half=0)
+        assert first.b == 4 and first.steps >= 2 and first.sq_norm_sum > 0
+        assert again.steps == first.steps and abs(again.sq_norm_sum / first.sq_norm_sum - 1) < 1e-9
+        torch.testing.assert_close(first.sums[0], again.sums[0])
         for p, q in zip(before, trainer.model.parameters()):
             assert torch.equal(p, q.detach())
     finally:
@@ -59,7 +66,7 @@ def test_recorded_steps_leave_the_weights_where_they_were(tmp_path):
 
 
 def test_the_command_prints_the_run_and_its_control(capsys):
-    args = ["--batches", "1", "--"]
+    args = ["--batches", "2", "--"]
     for k, v in TINY.items():
         flag = "--" + k.replace("_", "-")
         if isinstance(v, bool):
@@ -72,4 +79,4 @@ def test_the_command_prints_the_run_and_its_control(capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "| advantages |" in out and "| shuffled (control) |" in out
-    assert main(["--batches", "0", "--", "--model", "tiny-qwen3"]) != 0
+    assert main(["--batches", "1", "--", "--model", "tiny-qwen3"]) != 0
