@@ -18,7 +18,9 @@ unbiased:
     |G|^2 ~ (B |G_B|^2 - b S) / (B - b)        tr(Sigma) ~ (S - |G_B|^2) / (1 / b - 1 / B)
 
 and, with fewer assumptions, the cosine between the mean gradients of the two halves of the batches (independent
-rollouts): near 1 where the signal dominates a half, near 0 where noise does. The control the measure must fail:
+rollouts): near 1 where the signal dominates a half, near 0 where noise does, but only over many batches when the
+noise lives in few directions (on GuessTheNumber it swung from -0.35 to +0.53 on the control; docs/warm_start.md).
+Gradients are taken before the learner's clipping. The control the measure must fail:
 the same rollouts with their advantages shuffled over the batch's turns (`--shuffle-advantages`): no expected
 gradient, so |G|^2 ~ 0 (B_noise unbounded) and the halves' cosine ~ 0. The rollouts are played by the run's engine
 from its model at `--seed`'s training seeds (iterations 0, 1, ...), nothing is trained. A step whose size is not b
