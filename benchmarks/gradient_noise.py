@@ -1,7 +1,7 @@
 """How many turns an optimizer step needs before its gradient points where the expected gradient does: the
 gradient noise scale of a run's own loss on its own rollouts, and the control without credit beside it.
 
-    python -m benchmarks gradient-noise [--batches 3] -- <the run's options: --model, --env, --advantage, ...>
+    python -m benchmarks gradient-noise [--batches 2] -- <the run's options: --model, --env, --advantage, ...>
 
 A step of b turns (`--mini-batch-size`) gives the gradient g_i of the run's loss (its trust region, its aggregation,
 the learner's packing: `Learner.prepare` and `learner.loop.run_update`, with hooks that record each step's gradient
@@ -72,16 +72,12 @@ class GradientRecorder:
     def normalizers(self, tokens: float, sequences: float) -> tuple[float, float]:
         return tokens, sequences
 
-    def take(self) -> torch.Tensor:
-        """The accumulated gradient, flattened [P], and the parameters' gradients cleared."""
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double()
-                          for p in self.params])  # [P]
+    def step(self) -> float:
+        """Keep the accumulated gradient, flattened [P], and clear the parameters' gradients."""
+        self.pending = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double()
+                                  for p in self.params])  # [P]
         for p in self.params:
             p.grad = None
-        return flat
-
-    def step(self) -> float:
-        self.pending = self.take()
         return float(self.pending.norm())
 
 
