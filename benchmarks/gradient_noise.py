@@ -164,9 +164,9 @@ def measure(cfg: Config, tc: TrainConfig) -> dict[str, dict[str, float]]:
                 turns = [t for e in played for t in e.turns]
                 episode_ids = [i for i, e in enumerate(played) for _ in e.turns]
                 for name, shuffle in (("advantages", None),
-                                      ("shuffled (control)", np.random.default_rng(derive_seed(tc.seed, "control", k)))):
+                                      ("shuffled (control)", derive_seed(tc.seed, "control", k))):
                     assign_advantages(episodes, tc.advantage, gamma=trainer.gamma,
-                                      episode_balance=tc.episode_balance, shuffle=shuffle)
+                                      episode_balance=tc.episode_balance, shuffle_seed=shuffle)
                     record_steps(trainer, turns, episode_ids, random.Random(derive_seed(tc.seed, "plan", k)),
                                  stats[name], half=int(k >= cfg.batches / 2))
                 mean_return = np.mean([e.episode_return for e in played]) if played else float("nan")

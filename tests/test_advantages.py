@@ -226,8 +226,8 @@ def test_shuffled_advantages_keep_their_values_and_lose_their_turns():
     for b in (shuffled, again):
         b[0].turns[0].response_ids = []  # not trained: not shuffled
     assign_advantages(plain, "batch_norm", gamma=0.9)
-    assign_advantages(shuffled, "batch_norm", gamma=0.9, shuffle=np.random.default_rng(0))
-    assign_advantages(again, "batch_norm", gamma=0.9, shuffle=np.random.default_rng(0))
+    assign_advantages(shuffled, "batch_norm", gamma=0.9, shuffle_seed=0)
+    assign_advantages(again, "batch_norm", gamma=0.9, shuffle_seed=0)
     flat = lambda eps: [a for e in eps for a in [t.advantage for t in e.turns]]  # noqa: E731
     assert shuffled[0].turns[0].advantage == plain[0].turns[0].advantage
     assert sorted(flat(shuffled)[1:]) == pytest.approx(sorted(flat(plain)[1:]))

@@ -29,7 +29,7 @@ def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
 
 def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_norm", gamma: float = 1.0,
                       eps: float = 1e-6, episode_balance: bool = False,
-                      shuffle: np.random.Generator | None = None) -> None:
+                      shuffle_seed: int | None = None) -> None:
     """Set `turn.ret` and `turn.advantage` on the trainable turns of `episodes` (in place).
 
     batch_norm:    (G_t - mean G) / std G over every turn of the batch (GEM's Oat examples).
@@ -60,8 +60,8 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
     successes (a game that ends at a win): the loss weighs the sampled moves down on balance
     (docs/warm_start.md measures both on GuessTheNumber).
 
-    `shuffle` (a control, not a method): the batch's advantages, once computed, are permuted at random over its
-    trained turns by this generator. The update keeps its size and its distribution of advantages and loses what
+    `shuffle_seed` (a control, not a method): the batch's advantages, once computed, are permuted at random over its
+    trained turns (numpy's generator from this seed). The update keeps its size and its distribution of advantages and loses what
     they say about which moves won: what a run does without credit.
     """
     if mode not in ADVANTAGE_MODES:
@@ -74,9 +74,10 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
         for e, n in zip(live, trained):
             for t in e.turns:
                 t.advantage = float(t.advantage * n_mean / n) if n else t.advantage
-    if shuffle is not None:
+    if shuffle_seed is not None:
         trained = [t for e in live for t in e.turns if t.response_ids]
-        for t, a in zip(trained, shuffle.permutation([t.advantage for t in trained])):
+        permute = np.random.default_rng(shuffle_seed).permutation
+        for t, a in zip(trained, permute([t.advantage for t in trained])):
             t.advantage = float(a)
 
 

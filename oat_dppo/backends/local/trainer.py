@@ -454,10 +454,9 @@ class LocalTrainer:
             self.engine, self.envs, seeds, self.prompt, max_new_tokens=self.max_new_tokens,
             topk=self.learner.topk, generation_seed=derive_seed(cfg.seed, "gen", iteration),
         )
-        control = (np.random.default_rng(derive_seed(cfg.seed, "shuffle-advantages", iteration))
-                   if cfg.shuffle_advantages else None)
+        control = derive_seed(cfg.seed, "shuffle-advantages", iteration) if cfg.shuffle_advantages else None
         assign_advantages(episodes, cfg.advantage, gamma=self.gamma, episode_balance=cfg.episode_balance,
-                          shuffle=control)
+                          shuffle_seed=control)
         played = [e for e in episodes if e.error is None]
         turns = [t for e in played for t in e.turns]
         episode_ids = [i for i, e in enumerate(played) for _ in e.turns]

@@ -16,7 +16,6 @@ import time
 from dataclasses import replace
 from typing import Sequence
 
-import numpy as np
 import vllm
 from oat.algorithms.ppo import PPOActor
 from vllm.lora.request import LoRARequest
@@ -141,11 +140,10 @@ class DPPOActor(PPOActor):
                 max_new_tokens=args.generate_max_length, topk=self.topk,
                 generation_seed=derive_seed(self.seed_base, "oat-gen", actor_id, self.steps_done, rounds),
             )
-            control = (np.random.default_rng(derive_seed(self.seed_base, "shuffle-advantages", actor_id,
-                                                         self.steps_done, rounds))
+            control = (derive_seed(self.seed_base, "shuffle-advantages", actor_id, self.steps_done, rounds)
                        if args.shuffle_advantages else None)
             assign_advantages(episodes, args.advantage, gamma=args.gamma, episode_balance=args.episode_balance,
-                              shuffle=control)
+                              shuffle_seed=control)
             trained = [[t for t in e.turns if t.response_ids] if e.error is None else [] for e in episodes]
             errors += stats.error_messages
             if any(trained):
