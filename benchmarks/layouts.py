@@ -1,13 +1,16 @@
 """Benchmark: the learner's decoder layouts on real turns (`learner.logprobs.sequence_layout`).
 
     python -m benchmarks layouts [--envs game:Sudoku-v0-easy,game:GuessTheNumber-v0-easy] [--episodes 8]
+        [--order sorted|shuffled] [--group-size 1] [--env-option NAME=VALUE ...]
 
 Per environment: SmolLM2 plays `episodes` episodes through the HF engine (GEM's own history: a row per turn);
 the turns are cut into micro-batches of `micro_batch_size` as the local learner cuts them for each layout (sorted
 by length; for "prefix" by their tokens, which puts turns sharing a prompt together), and every micro-batch runs
 through `trust_region_loss` (DPPO binary-TV) with each layout: "padded" (the [B, T] grid with its mask), "rows"
 (a forward per row at its own length), "packed" (one sequence, positions restarting per row) and "prefix" (each
-prefix a cluster of rows shares once, then their rests).
+prefix a cluster of rows shares once, then their rests). `--order shuffled` cuts every layout's micro-batches from
+one seeded random order instead, as the Oat backend's plan does (Oat's shuffle, no sort): what the layouts save on
+Oat's batches. `--group-size N` plays N episodes from each seed (a group's samples share their prompt).
 Reported: the padded share of the grid's tokens, the tokens "prefix" computes per real token, and seconds per
 pass over all micro-batches for forward + backward (training) and for the forward alone (pi_old recompute,
 evaluation), the fastest of `reps` round-robin repetitions, one thread. Progress on stderr, the table on stdout.
@@ -17,13 +20,17 @@ from __future__ import annotations
 
 import sys
 import time
+import random
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import torch
+import tyro
 
 from benchmarks import packing
 from benchmarks.packing import play
 from oat_dppo.cli import opt, parse
+from oat_dppo.config import assignments
 from oat_dppo.learner import collate, trust_region_loss
 from oat_dppo.learner.logprobs import LAYOUTS, policy_logprobs
 from oat_dppo.trust_region import make_trust_region
@@ -36,16 +43,24 @@ class Config(packing.Config):
     envs: str = opt("game:Sudoku-v0-easy,game:GuessTheNumber-v0-easy", "comma-separated environment ids")
     micro_batch_size: int = opt(8, "turns per micro-batch")
     reps: int = opt(2, "timed passes per layout, round-robin (fastest reported)")
+    order: Literal["sorted", "shuffled"] = opt(
+        "sorted", "micro-batches cut from the turns sorted (by length; for prefix by tokens, as the local learner) "
+        "or from one seeded random order for every layout (as the Oat backend's plan)")
+    group_size: int = opt(1, "episodes played from each start seed (a group's samples of one prompt)")
+    env_option: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = opt(
+        (), "an environment option NAME=VALUE for every env (repeatable), as main's --env-option")
 
 
 def measure(cfg: Config, env_id: str, model, tok) -> dict:
-    episodes = play(cfg, env_id, model, tok)
+    options = assignments(cfg.env_option, "--env-option", example="max_number=50")
+    episodes = play(cfg, env_id, model, tok, group_size=cfg.group_size, **options)
     turns = [t for e in episodes if e.error is None for t in e.turns if t.response_ids]
     for i, t in enumerate(turns):
         t.advantage = 1.0 if i % 2 else -1.0
+    shuffled = random.Random(cfg.seed).sample(turns, len(turns))
 
     def cut(key) -> list:
-        ordered = sorted(turns, key=key)
+        ordered = sorted(turns, key=key) if cfg.order == "sorted" else shuffled
         return [collate(ordered[i: i + cfg.micro_batch_size], 0) for i in range(0, len(turns), cfg.micro_batch_size)]
 
     by_length = cut(lambda t: len(t.prompt_ids) + len(t.response_ids))
@@ -84,7 +99,8 @@ def main(argv: list[str]) -> int:
         freeze_all_but_top_layers(model, cfg.trainable_layers)
     model.eval()
     rows = [measure(cfg, env, model, tok) for env in cfg.envs.split(",")]
-    print(f"{cfg.model}, {cfg.episodes} episodes per env, turns sorted by length (prefix: by tokens) in micro-batches of "
+    order = "sorted by length (prefix: by tokens)" if cfg.order == "sorted" else "in one seeded random order"
+    print(f"{cfg.model}, {cfg.episodes} episodes per env ({cfg.group_size} a seed), turns {order} in micro-batches of "
           f"{cfg.micro_batch_size}, top {cfg.trainable_layers} layers trained, {cfg.threads} thread(s), fastest of "
           f"{cfg.reps}\n")
     names = " / ".join(LAYOUTS)

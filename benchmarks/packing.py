@@ -44,9 +44,10 @@ class Config:
     seed: int = opt(0, "episode seeds and sampling")
 
 
-def play(cfg, env_id: str, model, tok, **env_options) -> list:
+def play(cfg, env_id: str, model, tok, group_size: int = 1, **env_options) -> list:
     """`cfg.episodes` episodes of `env_id` played by `model` through the HF engine (`cfg`: model, episodes,
-    max_new_tokens, response_prefix, seed), with the env's `env_options` (e.g. history="chat")."""
+    max_new_tokens, response_prefix, seed), with the env's `env_options` (e.g. history="chat"), `group_size`
+    episodes from each start seed (a group's samples of one prompt)."""
     from oat_dppo.engine.hf import HFEngine
     from oat_dppo.envs import make_env
 
@@ -55,8 +56,8 @@ def play(cfg, env_id: str, model, tok, **env_options) -> list:
     engine = HFEngine(model, tok, stop_token_ids=stop_token_ids(tok, None, fmt.stop_token_ids()))
     envs = [make_env(env_id, seed=i, **env_options) for i in range(cfg.episodes)]
     print(f"{env_id}: playing {cfg.episodes} episodes", file=sys.stderr, flush=True)
-    episodes, _ = play_episodes(engine, envs, [cfg.seed * 1000 + i for i in range(cfg.episodes)], fmt,
-                                max_new_tokens=cfg.max_new_tokens, generation_seed=cfg.seed)
+    seeds = [cfg.seed * 1000 + i // group_size for i in range(cfg.episodes)]
+    episodes, _ = play_episodes(engine, envs, seeds, fmt, max_new_tokens=cfg.max_new_tokens, generation_seed=cfg.seed)
     for env in envs:
         env.close()
     return episodes

@@ -151,3 +151,20 @@ def test_layouts_benchmark_times_every_layout_on_real_turns(capsys):
     assert int(cells[1]) > 0 and 0.0 <= float(cells[3]) < 1.0 and float(cells[4]) > 0
     times = cells[5].split(" / ") + cells[6].split(" / ")  # padded / rows / packed / prefix, fwd+bwd then fwd
     assert len(times) == 8 and all(float(x) > 0 for x in times)
+
+
+def test_layouts_benchmark_shuffled_order_shares_fewer_prefixes(capsys):
+    """`--order shuffled` (the Oat backend's plan: no sort) cuts micro-batches that mix groups, so "prefix" computes
+    more tokens per real token than on micro-batches sorted by tokens, where a group's samples sit together."""
+    from benchmarks import layouts
+
+    computed = {}
+    for order in ("sorted", "shuffled"):
+        assert layouts.main(["--model", "tiny-qwen3", "--envs", "smoke:digits", "--episodes", "8", "--group-size", "2",
+                             "--micro-batch-size", "2", "--order", order, "--reps", "1", "--trainable-layers", "0",
+                             "--max-new-tokens", "4", "--response-prefix", ""]) == 0
+        out = capsys.readouterr().out
+        assert ("random order" in out) == (order == "shuffled")
+        row = [line for line in out.splitlines() if line.startswith("| smoke:digits")][0]
+        computed[order] = float(row.strip("|").split("|")[4])
+    assert computed["sorted"] < computed["shuffled"]
