@@ -164,8 +164,9 @@ def test_the_shared_prefix_stops_before_the_first_predicted_token():
     assert shared(ids, attn, torch.tensor([21, 21, 20])) == 19
     assert shared(ids, attn, torch.tensor([21, 21, 21])) == 20  # row 2's real tokens end at 20
     assert shared(ids[:2], attn[:2], torch.tensor([21, 21])) == 20
-    # row 2 could share only 14 < MIN_SHARED_PREFIX tokens: rows 0 and 1 share 20, row 2 is computed whole
-    assert prefix_plan(ids, attn, torch.arange(3), torch.tensor([21, 21, 15])) == PrefixPlan((0, 0, -1), (20,))
+    # row 2 could share only 14 < MIN_SHARED_PREFIX tokens: rows 0 and 1 would share 20 and row 2 run whole, 20 + 3 x 20
+    # positions against the padded grid's 3 x 21: no cluster (models.prefix.MAX_GRID_SHARE)
+    assert prefix_plan(ids, attn, torch.arange(3), torch.tensor([21, 21, 15])) == PrefixPlan((-1, -1, -1), ())
 
 
 def test_each_layout_reports_the_tokens_its_decoder_computed(policy):
