@@ -9,8 +9,8 @@ by length; for "prefix" by their tokens, which puts turns sharing a prompt toget
 through `trust_region_loss` (DPPO binary-TV) with each layout: "padded" (the [B, T] grid with its mask), "rows"
 (a forward per row at its own length), "packed" (one sequence, positions restarting per row) and "prefix" (each
 prefix a cluster of rows shares once, then their rests). `--order shuffled` cuts every layout's micro-batches from
-one seeded random order instead, as the Oat backend's plan does (Oat's shuffle, no sort): what the layouts save on
-Oat's batches. `--group-size N` plays N episodes from each seed (a group's samples share their prompt).
+one seeded random order instead, as stock Oat's plan does (its shuffle, no sort): what the layouts save on rows
+that arrive unsorted. `--group-size N` plays N episodes from each seed (a group's samples share their prompt).
 Reported: the padded share of the grid's tokens, the tokens "prefix" computes per real token, and seconds per
 pass over all micro-batches for forward + backward (training) and for the forward alone (pi_old recompute,
 evaluation), the fastest of `reps` round-robin repetitions, one thread. Progress on stderr, the table on stdout.
@@ -45,7 +45,7 @@ class Config(packing.Config):
     reps: int = opt(2, "timed passes per layout, round-robin (fastest reported)")
     order: Literal["sorted", "shuffled"] = opt(
         "sorted", "micro-batches cut from the turns sorted (by length; for prefix by tokens, as the local learner) "
-        "or from one seeded random order for every layout (as the Oat backend's plan)")
+        "or from one seeded random order for every layout (as stock Oat's plan)")
     group_size: int = opt(1, "episodes played from each start seed (a group's samples of one prompt)")
     env_option: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = opt(
         (), "an environment option NAME=VALUE for every env (repeatable), as main's --env-option")

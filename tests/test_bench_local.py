@@ -154,7 +154,7 @@ def test_layouts_benchmark_times_every_layout_on_real_turns(capsys):
 
 
 def test_layouts_benchmark_shuffled_order_shares_fewer_prefixes(capsys):
-    """`--order shuffled` (the Oat backend's plan: no sort) cuts micro-batches that mix groups, so "prefix" computes
+    """`--order shuffled` (stock Oat's plan: no sort) cuts micro-batches that mix groups, so "prefix" computes
     more tokens per real token than on micro-batches sorted by tokens, where a group's samples sit together."""
     from benchmarks import layouts
 
