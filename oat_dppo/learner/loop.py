@@ -165,10 +165,10 @@ def _pack(units: list[list[int]], rows: int, at_most: bool = False) -> list[list
 
 
 def row_sort_keys(model, turns: Sequence) -> list[list[int]] | None:
-    """How both backends sort a step's rows (`plan_update`'s `sort_keys`) for `model`'s layout: by their tokens under
-    "prefix", which puts a group's samples (one prompt) and a game's turns in one micro-batch, so that their shared
-    prefix runs once (`benchmarks layouts` on the peers job's turns: 0.52x the padded time sorted, 1.21x in Oat's
-    shuffled order); by length otherwise (None). Exact either way: a step's loss normalizers cover the whole step."""
+    """How the local learner sorts a step's rows (`plan_update`'s `sort_keys`) for `model`'s layout: by their tokens
+    under "prefix", which puts a group's samples (one prompt) and a game's turns in one micro-batch, so that their
+    shared prefix runs once (`benchmarks layouts` on the peers job's turns: 0.52x the padded time sorted, 1.21x in
+    stock Oat's shuffled order); by length otherwise (None)."""
     return [t.prompt_ids + t.response_ids for t in turns] if sequence_layout(model) == "prefix" else None
 
 

@@ -31,8 +31,7 @@ from oat_dppo.backends.oat.args import aggregation_of, resolve_on_node, to_train
 from oat_dppo.backends.oat.data import EpisodeTurns, episode_tokens, to_token_batch, turns_of
 from oat_dppo.components import build_trust_region
 from oat_dppo.engine.base import pad_token_id
-from oat_dppo.learner import (chunks, needs_pi_old, plan_update, recompute_old_logp, row_sort_keys, run_update,
-                              use_mu_source)
+from oat_dppo.learner import chunks, needs_pi_old, plan_update, recompute_old_logp, run_update, use_mu_source
 from oat_dppo.learner.balance import exchange_by_tokens
 from oat_dppo.learner.batch import row_of
 from oat_dppo.models import freeze_all_but_top_layers
@@ -245,11 +244,12 @@ class DPPOLearner(PPOLearner):
         batch.response_mask = batch.response_mask & trained  # Oat's loss_masks
 
         hooks = _DeepSpeedHooks(self)
-        plan, sequence_ids = plan_update(  # Oat's shuffle (and its RNG stream); a step's rows sorted as the local's
+        plan, sequence_ids = plan_update(  # Oat's shuffle (and its RNG stream), no sorting: stock Oat's rows
             [len(t.prompt_ids) + len(t.response_ids) for _, t in turns], [e for e, _ in turns],
-            trajectory_sequences=self.trajectory_sequences, chain_of=row_of(rows), micro_tokens=args.micro_batch_tokens,
+            trajectory_sequences=self.trajectory_sequences,
             mini_batch_unit=args.mini_batch_unit, epochs=args.num_ppo_epochs, step_rows=mb * hooks.acc_steps,
-            micro_rows=mb, permutation=np.random.permutation, sort_keys=row_sort_keys(policy, [t for _, t in turns]))
+            micro_rows=mb, permutation=np.random.permutation, sort_rows=False, chain_of=row_of(rows),
+            micro_tokens=args.micro_batch_tokens)
         if sequence_ids is not None:
             batch.sequence_ids = torch.tensor(sequence_ids, dtype=torch.long)  # [B]
         metrics = run_update(policy, batch, plan, self.trust_region, hooks, device=device,
