@@ -17,10 +17,16 @@
 #
 # `python -m benchmarks gradient-noise` puts this loss's noise scale at ~1,000 turns a step (docs/warm_start.md): the
 # steps above (16 turns) are ~98% noise. The arms it prescribes, one optimizer step an iteration over 320 episodes
-# (40 groups of 8, ~1,050 turns), 12 iterations, each ~2.2 h on one core here (both fit one session on 2 cores):
+# (40 groups of 8, ~1,050 turns), 12 iterations, each ~2.7 h here with the two on 2 cores (evaluations included):
 #
 #   ARM=steps1000 bash experiments/gtn_hidden_numbers.sh
 #   ARM=steps1000_shuffled bash experiments/gtn_hidden_numbers.sh
+#
+# steps1000 beat its control (rollout success 0.325 -> 0.506 in 8 steps, docs/warm_start.md); a step of ~1,000 turns
+# is mostly signal, so it may take a longer one: the same arm and control at lr 3e-4.
+#
+#   ARM=steps1000_lr3 bash experiments/gtn_hidden_numbers.sh
+#   ARM=steps1000_lr3_shuffled bash experiments/gtn_hidden_numbers.sh
 #
 # Same model as gtn_epochs.sh (runs/oat_recipe/model, bash experiments/gtn_warm_start_oat.sh's first two steps),
 # ~70 min an arm on one core here. Records: docs/results/gtn_hidden_numbers/.
@@ -37,14 +43,18 @@ case "$ARM" in
   groups8_shuffled) OPTS=(--group-size 8 --advantage group_norm --shuffle-advantages) ;;
   steps1000) OPTS=(--group-size 8 --advantage group_norm) ;;
   steps1000_shuffled) OPTS=(--group-size 8 --advantage group_norm --shuffle-advantages) ;;
-  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000 or steps1000_shuffled"; exit 2 ;;
+  steps1000_lr3) OPTS=(--group-size 8 --advantage group_norm) ;;
+  steps1000_lr3_shuffled) OPTS=(--group-size 8 --advantage group_norm --shuffle-advantages) ;;
+  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3] or steps1000[_lr3]_shuffled"; exit 2 ;;
 esac
+LR=1e-4
+case "$ARM" in steps1000_lr3*) LR=3e-4 ;; esac
 # the arms' shape: 64 episodes, steps of 16 turns, 20 iterations; steps1000*: 320 episodes, one step, 12 iterations
 SHAPE=(--episodes-per-iteration 64 --mini-batch-size 16 --iterations 20 --eval-every 5)
 case "$ARM" in steps1000*) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4) ;; esac
 OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --env game:GuessTheNumber-v0-easy --env-option partial_credit=false \
   --response-prefix '\boxed{' --max-new-tokens 6 --trainable-layers 6 --model "$MODEL" --template chatml \
   --trust-region dppo_binary_tv "${SHAPE[@]}" "${OPTS[@]}" --num-ppo-epochs 1 \
-  --learning-rate 1e-4 --micro-batch-size 8 \
+  --learning-rate "$LR" --micro-batch-size 8 \
   --eval-episodes 64 --seed 0 --threads 1 --log-episodes 8 --no-progress \
   --engine vllm --engine-dtype float32 --save-every 4 --run-dir "$OUT/$ARM" "$@"
