@@ -61,8 +61,8 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
     (docs/warm_start.md measures both on GuessTheNumber).
 
     `shuffle_seed` (a control, not a method): the batch's advantages, once computed, are permuted at random over its
-    trained turns (numpy's generator from this seed). The update keeps its size and its distribution of advantages and loses what
-    they say about which moves won: what a run does without credit.
+    trained turns (numpy's generator from this seed). The update keeps its size and its distribution of advantages
+    and loses what they say about which moves won: what a run does without credit.
     """
     if mode not in ADVANTAGE_MODES:
         raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}")

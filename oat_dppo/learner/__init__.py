@@ -11,13 +11,11 @@ from oat_dppo.learner.loop import (
     plan_steps,
     plan_update,
     recompute_old_logp,
-    row_sort_keys,
     run_update,
     use_mu_source,
 )
 from oat_dppo.learner.step import MetricAccumulator, trust_region_loss
 
 __all__ = ["Learner", "LearnerConfig", "MetricAccumulator", "PolicyLogprobs", "Sample", "TokenBatch", "UpdateHooks",
-           "chunks", "collate", "equalize_plan", "needs_pi_old", "plan_steps", "plan_update", "policy_logprobs", "recompute_old_logp", "row_sort_keys",
-           "run_update",
+           "chunks", "collate", "equalize_plan", "needs_pi_old", "plan_steps", "plan_update", "policy_logprobs", "recompute_old_logp", "run_update",
            "trust_region_loss", "use_mu_source"]

@@ -28,7 +28,6 @@ from oat_dppo.learner.loop import (
     plan_steps,
     plan_update,
     recompute_old_logp,
-    row_sort_keys,
     run_update,
     use_mu_source,
 )
@@ -165,7 +164,7 @@ class Learner:
             lengths, episodes, trajectory_sequences=self.trajectory_sequences, mini_batch_unit=cfg.mini_batch_unit,
             epochs=cfg.num_ppo_epochs, step_rows=cfg.mini_batch_size, micro_rows=cfg.micro_batch_size,
             permutation=permutation, chain_of=None if rows is None else row_of(rows),
-            sort_keys=row_sort_keys(self.model, turns),
+            sort_keys=[t.prompt_ids + t.response_ids for t in turns] if self.sort_by_tokens else None,
             micro_tokens=cfg.micro_batch_tokens)
         with timed(self.on_timing, "collate"):
             batch = collate(turns, self.pad_id, self.topk, rows=rows)

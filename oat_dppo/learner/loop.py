@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from oat_dppo.learner.batch import TokenBatch
-from oat_dppo.learner.logprobs import policy_logprobs, sequence_layout
+from oat_dppo.learner.logprobs import policy_logprobs
 from oat_dppo.learner.step import MetricAccumulator, trust_region_loss
 from oat_dppo.learner.timing import OnTiming, timed
 from oat_dppo.trust_region import requirements
@@ -162,14 +162,6 @@ def _pack(units: list[list[int]], rows: int, at_most: bool = False) -> list[list
             bins.append([])
             size = 0
     return [b for b in bins if b]
-
-
-def row_sort_keys(model, turns: Sequence) -> list[list[int]] | None:
-    """How the local learner sorts a step's rows (`plan_update`'s `sort_keys`) for `model`'s layout: by their tokens
-    under "prefix", which puts a group's samples (one prompt) and a game's turns in one micro-batch, so that their
-    shared prefix runs once (`benchmarks layouts` on the peers job's turns: 0.52x the padded time sorted, 1.21x in
-    stock Oat's shuffled order); by length otherwise (None)."""
-    return [t.prompt_ids + t.response_ids for t in turns] if sequence_layout(model) == "prefix" else None
 
 
 def plan_update(
