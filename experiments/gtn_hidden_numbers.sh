@@ -28,14 +28,19 @@
 #   ARM=steps1000_lr3 bash experiments/gtn_hidden_numbers.sh
 #   ARM=steps1000_lr3_shuffled bash experiments/gtn_hidden_numbers.sh
 #
+# And steps1000's policy after its 8 steps at lr 1e-4 (its checkpoint at iteration 7, exported) taken on at lr 3e-4:
+#
+#   python -m oat_dppo.export runs/gtn_hidden_numbers/steps1000 runs/gtn_hidden_numbers/steps1000_model
+#   ARM=steps1000_then_lr3 bash experiments/gtn_hidden_numbers.sh
+#
 # Same model as gtn_epochs.sh (runs/oat_recipe/model, bash experiments/gtn_warm_start_oat.sh's first two steps),
 # ~70 min an arm on one core here. Records: docs/results/gtn_hidden_numbers/.
 set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
-MODEL="${MODEL:-runs/oat_recipe/model}"
 OUT="${OUT:-runs/gtn_hidden_numbers}"
-[ -f "$MODEL/config.json" ] || { echo "needs the exported warm start: bash experiments/gtn_warm_start_oat.sh (its first two steps)"; exit 2; }
 ARM="${ARM:-groups64}"
+case "$ARM" in steps1000_then_lr3) MODEL="${MODEL:-$OUT/steps1000_model}" ;; *) MODEL="${MODEL:-runs/oat_recipe/model}" ;; esac
+[ -f "$MODEL/config.json" ] || { echo "needs the exported model $MODEL: bash experiments/gtn_warm_start_oat.sh (its first two steps), or for steps1000_then_lr3 the export above"; exit 2; }
 case "$ARM" in
   groups32) OPTS=(--group-size 2 --advantage group_norm) ;;
   groups64) OPTS=(--group-size 1 --advantage batch_norm) ;;
@@ -45,10 +50,11 @@ case "$ARM" in
   steps1000_shuffled) OPTS=(--group-size 8 --advantage group_norm --shuffle-advantages) ;;
   steps1000_lr3) OPTS=(--group-size 8 --advantage group_norm) ;;
   steps1000_lr3_shuffled) OPTS=(--group-size 8 --advantage group_norm --shuffle-advantages) ;;
-  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3] or steps1000[_lr3]_shuffled"; exit 2 ;;
+  steps1000_then_lr3) OPTS=(--group-size 8 --advantage group_norm) ;;
+  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled or steps1000_then_lr3"; exit 2 ;;
 esac
 LR=1e-4
-case "$ARM" in steps1000_lr3*) LR=3e-4 ;; esac
+case "$ARM" in steps1000_lr3*|steps1000_then_lr3) LR=3e-4 ;; esac
 # the arms' shape: 64 episodes, steps of 16 turns, 20 iterations; steps1000*: 320 episodes, one step, 12 iterations
 SHAPE=(--episodes-per-iteration 64 --mini-batch-size 16 --iterations 20 --eval-every 5)
 case "$ARM" in steps1000*) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4) ;; esac
