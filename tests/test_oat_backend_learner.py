@@ -195,7 +195,9 @@ def test_ppo_clip_recompute_reproduces_stock_oat_over_several_steps_with_clippin
     assert H.engine_of(stock).global_steps == H.engine_of(ours).global_steps == 4
     assert float(info_s["pg_clipfrac"]) > 0  # the clip was active: the masks are compared, not just ratios of 1
     assert float(info_o["kept_frac"]) < 1
-    assert_same_params(stock, ours, atol=2e-6)
+    # (ours sorts a step's rows by their tokens under the CPU's prefix layout, stock Oat does not: each step sums the
+    # same rows' gradients in another order, ~1e-6 apart after 4 steps at lr 3)
+    assert_same_params(stock, ours, atol=3e-6)
 
 
 def lora_zero3_learner(chunk: int):

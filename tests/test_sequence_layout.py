@@ -43,12 +43,38 @@ def samples(lengths: list[tuple[int, int]], seed: int = 0, vocab: int = 200, sha
     return out
 
 
-def test_the_cpu_default_shares_prefixes_and_zero3_keeps_the_padded_batch(policy):
+def test_the_cpu_default_shares_prefixes_and_zero3_and_zero2_ranks_keep_the_padded_batch(policy):
     model, _ = policy
     assert sequence_layout(model) == "prefix"
+    assert sequence_layout(model, reduced_during_backward=True) == "padded"
     partitioned = torch.nn.Linear(2, 2)
     partitioned.weight.ds_numel = 4  # what DeepSpeed ZeRO-3 sets on a partitioned parameter
     assert sequence_layout(partitioned) == "padded"
+
+
+def test_the_prefix_layout_completes_the_gradients_in_another_order(policy):
+    """Why ranks that reduce during the backward (ZeRO-2) keep the padded grid: DeepSpeed fills its buckets in the
+    order the parameters' gradients complete, and the prefix layout's two decoder calls complete them in another
+    order than one call; "rows" (a call per row) keeps the padded grid's order."""
+    model, _ = policy
+    model.train()
+    names = {p: n for n, p in model.named_parameters()}
+    order: list[str] = []
+    hooks = [p.register_post_accumulate_grad_hook(lambda p: order.append(names[p])) for p in model.parameters()]
+    tr = make_trust_region("dppo_binary_tv")
+    batch = collate(samples([(5, 2), (3, 1), (8, 3)], shared=20), 0)
+    try:
+        orders = {}
+        for layout in ["padded", "rows", "prefix"]:
+            order.clear()
+            _loss_and_grads(model, batch, tr, layout)
+            orders[layout] = list(order)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert sorted(orders["prefix"]) == sorted(orders["padded"]) == sorted(names.values())
+    assert orders["rows"] == orders["padded"]
+    assert orders["prefix"] != orders["padded"]
 
 
 @settings(max_examples=12, deadline=None)

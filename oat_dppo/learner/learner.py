@@ -28,6 +28,7 @@ from oat_dppo.learner.loop import (
     plan_steps,
     plan_update,
     recompute_old_logp,
+    row_sort_keys,
     run_update,
     use_mu_source,
 )
@@ -99,9 +100,7 @@ class Learner:
         self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
         self.topk = requirements(trust_region).topk
         self.trajectory_sequences = requirements(trust_region).trajectory_sequences
-        # The prefix layout computes what a micro-batch's rows share once: rows sorted by their tokens put a group's
-        # samples (one prompt) and an episode group's turns together; other layouts sort by length (less padding).
-        self.sort_by_tokens = sequence_layout(model) == "prefix"
+        self.layout = sequence_layout(model)  # the prefix layout sorts rows by their tokens (`row_sort_keys`)
 
     def update(self, turns: Sequence[Turn], rng: random.Random, episode_ids: Sequence[int] | None = None
                ) -> dict[str, float]:
@@ -119,8 +118,8 @@ class Learner:
         if needs_pi_old(self.trust_region, cfg.mu_source):
             t0 = time.perf_counter()
             lengths = batch.attention_mask.sum(-1).tolist()  # [B]
-            # the order the update's micro-batches use (`sort_by_tokens`)
-            key = (lambda i: batch.input_ids[i, : int(lengths[i])].tolist()) if self.sort_by_tokens else lengths.__getitem__
+            # the order the update's micro-batches use (`row_sort_keys`)
+            key = (lambda i: batch.input_ids[i, : int(lengths[i])].tolist()) if self.layout == "prefix" else lengths.__getitem__
             ordered = sorted(range(batch.num_rows), key=key)
             with timed(self.on_timing, "forward"):  # pi_old: a no-grad forward over the batch
                 micro = plan_steps(len(ordered), epochs=1, step_rows=len(ordered), micro_rows=cfg.micro_batch_size,
@@ -132,7 +131,7 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         out = run_update(self.model, batch, plan, self.trust_region, _TorchOptimizerHooks(self.optimizer, cfg.max_grad_norm),
                          device=self.device, aggregation=cfg.aggregation, constant_length=cfg.constant_length,
-                         logits_chunk_tokens=cfg.logits_chunk_tokens, on_timing=self.on_timing)
+                         logits_chunk_tokens=cfg.logits_chunk_tokens, layout=self.layout, on_timing=self.on_timing)
         self.model.eval()
         out.update(recompute_s=recompute_s, train_seconds=time.perf_counter() - t_start)
         return out
@@ -164,7 +163,7 @@ class Learner:
             lengths, episodes, trajectory_sequences=self.trajectory_sequences, mini_batch_unit=cfg.mini_batch_unit,
             epochs=cfg.num_ppo_epochs, step_rows=cfg.mini_batch_size, micro_rows=cfg.micro_batch_size,
             permutation=permutation, chain_of=None if rows is None else row_of(rows),
-            sort_keys=[t.prompt_ids + t.response_ids for t in turns] if self.sort_by_tokens else None,
+            sort_keys=row_sort_keys(self.layout, turns),
             micro_tokens=cfg.micro_batch_tokens)
         with timed(self.on_timing, "collate"):
             batch = collate(turns, self.pad_id, self.topk, rows=rows)

@@ -50,7 +50,7 @@ MIN_SHARED_PREFIX = MIN_SHARED
 ROWS_MIN_LENGTH, ROWS_MIN_PADDING = 128, 0.2
 
 
-def sequence_layout(model) -> str:
+def sequence_layout(model, *, reduced_during_backward: bool = False) -> str:
     """The fastest exact way to run `model`'s decoder over a micro-batch here (`python -m benchmarks layouts`):
 
     * "rows": one forward per row at its own length, no padding and no mask. On a CPU (SmolLM2, 8 rows of
@@ -68,9 +68,16 @@ def sequence_layout(model) -> str:
       padded time (0.39 / 0.62 of the real tokens computed). Not under ZeRO-3 (its ranks must run the same
       forwards) and not yet measured on a GPU.
     * "padded": the [B, T] batch with its mask: under DeepSpeed ZeRO-3, whose ranks must run the same number
-      of forwards, and on GPUs (packed under flash-attention is the candidate there, not yet measured)."""
+      of forwards, and on GPUs (packed under flash-attention is the candidate there, not yet measured). And
+      where the ranks' gradients are `reduced_during_backward` (ZeRO-2 with several ranks): stage 2 fills its
+      flat reduction buckets in the order the parameters' gradients complete, and sums the ranks' buckets
+      element by element; the prefix layout's two decoder calls complete them in another order than one call
+      (a layer's q_proj after its v_proj), so a rank on it beside a rank on the padded grid would sum one
+      parameter's gradient into another's (tests/test_oat_program.py's two-learner step on rows sorted by tokens:
+      gradient norm 1.861 against its single-rank replay's 1.868; equal on the padded grid or under ZeRO-1)."""
     p = next(model.parameters(), None)
-    if p is None or hasattr(p, "ds_numel") or p.device.type != "cpu":  # ds_numel: a ZeRO-3-partitioned parameter
+    # ds_numel: a ZeRO-3-partitioned parameter
+    if p is None or hasattr(p, "ds_numel") or p.device.type != "cpu" or reduced_during_backward:
         return "padded"
     return "prefix"
 

@@ -31,7 +31,8 @@ from oat_dppo.backends.oat.args import aggregation_of, resolve_on_node, to_train
 from oat_dppo.backends.oat.data import EpisodeTurns, episode_tokens, to_token_batch, turns_of
 from oat_dppo.components import build_trust_region
 from oat_dppo.engine.base import pad_token_id
-from oat_dppo.learner import chunks, needs_pi_old, plan_update, recompute_old_logp, run_update, use_mu_source
+from oat_dppo.learner import (chunks, needs_pi_old, plan_update, recompute_old_logp, row_sort_keys, run_update,
+                              sequence_layout, use_mu_source)
 from oat_dppo.learner.balance import exchange_by_tokens
 from oat_dppo.learner.batch import row_of
 from oat_dppo.models import freeze_all_but_top_layers
@@ -80,6 +81,7 @@ class _DeepSpeedHooks:
         self.learner = learner
         self.engine = learner.model.model if isinstance(learner.model, LLM) else learner.model
         self.acc_steps = learner.strategy.grad_acc_step
+        self.world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.micro_batches = 0  # of the current optimizer step
         self.pending = 0  # micro-batches of the current optimizer step seen so far
 
@@ -110,9 +112,8 @@ class _DeepSpeedHooks:
     def normalizers(self, tokens: float, sequences: float) -> tuple[float, float]:
         """DeepSpeed averages the learners' gradients: normalize by the mean count over learner ranks
         (the counts of a step differ between ranks: each holds other responses)."""
-        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         summed = _over_ranks([tokens, sequences], torch.float64, torch.distributed.ReduceOp.SUM)
-        return summed[0] / world, summed[1] / world
+        return summed[0] / self.world, summed[1] / self.world
 
 
 def _over_ranks(values: list, dtype: torch.dtype, op) -> list:
@@ -244,17 +245,17 @@ class DPPOLearner(PPOLearner):
         batch.response_mask = batch.response_mask & trained  # Oat's loss_masks
 
         hooks = _DeepSpeedHooks(self)
-        plan, sequence_ids = plan_update(  # Oat's shuffle (and its RNG stream), no sorting: stock Oat's rows
+        layout = sequence_layout(policy, reduced_during_backward=args.zero_stage == 2 and hooks.world > 1)
+        plan, sequence_ids = plan_update(  # Oat's shuffle (and its RNG stream); a step's rows sorted as the local's
             [len(t.prompt_ids) + len(t.response_ids) for _, t in turns], [e for e, _ in turns],
-            trajectory_sequences=self.trajectory_sequences,
+            trajectory_sequences=self.trajectory_sequences, chain_of=row_of(rows), micro_tokens=args.micro_batch_tokens,
             mini_batch_unit=args.mini_batch_unit, epochs=args.num_ppo_epochs, step_rows=mb * hooks.acc_steps,
-            micro_rows=mb, permutation=np.random.permutation, sort_rows=False, chain_of=row_of(rows),
-            micro_tokens=args.micro_batch_tokens)
+            micro_rows=mb, permutation=np.random.permutation, sort_keys=row_sort_keys(layout, [t for _, t in turns]))
         if sequence_ids is not None:
             batch.sequence_ids = torch.tensor(sequence_ids, dtype=torch.long)  # [B]
         metrics = run_update(policy, batch, plan, self.trust_region, hooks, device=device,
                              aggregation=self.aggregation, constant_length=self.constant_length,
-                             logits_chunk_tokens=args.logits_chunk_tokens)
+                             logits_chunk_tokens=args.logits_chunk_tokens, layout=layout)
         self._optimizer_steps += int(metrics["optimizer_steps"])
         infos = {k: torch.tensor(float(v)) for k, v in metrics.items()}
         infos.update(recompute_s=torch.tensor(recompute_s), adv_mean=adv_stats.mean(), adv_min=adv_stats.min(),
