@@ -398,7 +398,8 @@ def oat_steps(rows: list[dict], prompt_tokens: float = math.nan) -> list[dict]:
         prompt = float(r.get("rollout/prompt_tokens_mean") or prompt_tokens)
         steps.append(dict(generate=float(r["rollout/generate_time"]), learn=float(r["train/learn_batch_time"]),
                           total=float(r["misc/elapse"]) - start, gen_tokens=gen, trained_tokens=gen + n * prompt,
-                          sequences=n, reward=float(r.get("rollout/reward_mean", r.get("rollout/rewards", math.nan)))))
+                          sequences=n, reward=float(r.get("rollout/reward_mean", r.get("rollout/rewards", math.nan))),
+                          decoder_per_token=float(r.get("train/decoder_tokens_per_token", math.nan))))
     return steps
 
 
@@ -476,9 +477,9 @@ def summarize(res: dict, warmup: int) -> dict:
     batch = sum(s.get("sequences", 0) for s in steps) / len(steps) if steps else 0
     per_seq = lambda k: statistics.mean(s[k] for s in steps) / batch if batch else math.nan  # noqa: E731
     cpu = statistics.median([s.get("cpu", math.nan) for s in steps]) if steps else math.nan
-    # The learner's decoder positions per trained (completion) token: what the local learner counts (padding and
-    # shared prefixes as it ran them); TRL's real prompt + completion tokens over its completion tokens, a lower
-    # bound on what it computes (its padding is not counted).
+    # The learner's decoder positions per trained (completion) token: what the project's learner counts (padding and
+    # shared prefixes as it ran them; the local and Oat sides); TRL's and stock Oat's real prompt + completion tokens
+    # over their completion tokens, a lower bound on what they compute (their padding is not counted).
     decoder = statistics.median([s.get("decoder_per_token", math.nan) for s in steps]) if steps else math.nan
     pieces = {k: statistics.median([s["pieces"][k] for s in steps]) for k in steps[0]["pieces"]} \
         if steps and "pieces" in steps[0] else {}
@@ -515,7 +516,7 @@ def format_tables(results: dict[str, dict | str], cfg: Config, load: tuple[float
         if side in rows:
             r = rows[side]
             decoder = r["decoder_per_token"]
-            if not math.isfinite(decoder) and side == "trl" and r["completion_len"]:
+            if not math.isfinite(decoder) and side in ("trl", "oat-stock") and r["completion_len"]:
                 decoder_cell = f">= {(r['prompt_len'] + r['completion_len']) / r['completion_len']:.1f}"
             else:
                 decoder_cell = f"{decoder:.1f}" if math.isfinite(decoder) else "-"

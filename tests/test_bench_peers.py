@@ -67,12 +67,14 @@ def test_oat_rounds_are_read_once_each_with_their_wall_time():
          "rollout/num_transitions": 64, "rollout/response_tokens_mean": 8.0, "rollout/prompt_tokens_mean": 41.0},
         {"misc/policy_sgd_step": 1, "misc/elapse": 100.5, "train/learn_batch_time": 40.0},  # same round, logged again
         {"misc/policy_sgd_step": 2, "misc/elapse": 160.0, "train/learn_batch_time": 45.0, "rollout/generate_time": 8.0,
-         "rollout/num_transitions": 64, "rollout/response_tokens_mean": 7.0, "rollout/prompt_tokens_mean": 41.0},
+         "rollout/num_transitions": 64, "rollout/response_tokens_mean": 7.0, "rollout/prompt_tokens_mean": 41.0,
+         "train/decoder_tokens_per_token": 2.5},  # the adapter's learner counts what its decoder computed
         {"iteration": 0},  # a row without a learning step
     ]
     steps = peers.oat_steps(rows)
     assert [s["total"] for s in steps] == [100.0, 60.0]
     assert steps[1]["gen_tokens"] == 64 * 7 and steps[1]["trained_tokens"] == 64 * 48 and steps[1]["sequences"] == 64
+    assert steps[1]["decoder_per_token"] == 2.5 and math.isnan(steps[0]["decoder_per_token"])
 
 
 def test_stock_oat_rounds_use_its_actors_names_and_the_given_prompt_length():
@@ -306,10 +308,11 @@ def _result(gen: float, learn: float, prompts: str = "abc", peak_kib: int = 1024
 
 
 def test_tables_give_ratios_to_trl_and_flag_the_target():
-    cfg = peers.Config(sides="trl,local-hf,local-vllm,oat-stock", steps=2, warmup=1)
+    cfg = peers.Config(sides="trl,local-hf,local-vllm,oat-stock,oat-dppo_binary_tv", steps=2, warmup=1)
     pieces = dict(collate=0.5, forward=3.0, trust_region=0.5, backward=4.0, optimizer=1.0)
     results = {"trl": _result(10, 48), "local-hf": _result(10, 10, decoder_per_token=3.14, pieces=pieces),
-               "local-vllm": _result(5, 40, "other"), "oat-stock": "not measured: run `x`"}
+               "local-vllm": _result(5, 40, "other"), "oat-stock": "not measured: run `x`",
+               "oat-dppo_binary_tv": _result(9, 30, decoder_per_token=2.0)}
     text = peers.format_tables(results, cfg, (1.0, 2.0))
     measured, ratios = text.split("Each as a ratio to TRL's")
     ratios, timing = ratios.split("Where the local learning time goes")
@@ -326,5 +329,7 @@ def test_tables_give_ratios_to_trl_and_flag_the_target():
     assert trl.rstrip(" |").endswith(">= 6.0")  # TRL's real tokens per completion token, (39.1 + 7.8) / 7.8
     local_measured = next(line for line in measured.splitlines() if line.startswith(f"| {peers.LABELS['local-hf']}"))
     assert local_measured.rstrip(" |").endswith("3.1")  # the learner's own count
+    oat = next(line for line in measured.splitlines() if line.startswith(f"| {peers.LABELS['oat-dppo_binary_tv']}"))
+    assert oat.rstrip(" |").endswith("2.0")  # the Oat learner's own count
     assert f"| {peers.LABELS['local-hf']} | 0.50 | 3.00 | 0.50 | 4.00 | 1.00 | 1.00 |" in timing  # other: 10 - 9
     assert peers.LABELS["local-vllm"] not in timing  # a side without the hook's pieces has no row
