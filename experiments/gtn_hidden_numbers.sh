@@ -33,6 +33,13 @@
 #   python -m oat_dppo.export runs/gtn_hidden_numbers/steps1000 runs/gtn_hidden_numbers/steps1000_model
 #   ARM=steps1000_then_lr3 bash experiments/gtn_hidden_numbers.sh
 #
+# A second held-out set (--seed 1, 128 episodes; the seed-0 set's hidden numbers are uneven): a model's evaluation
+# before (iteration -1) and after one update of 8 episodes, e.g. the continuation's checkpoint and the warm start:
+#
+#   python -m oat_dppo.export runs/gtn_hidden_numbers/steps1000_then_lr3 runs/gtn_hidden_numbers/then_lr3_model
+#   ARM=heldout_seed1 MODEL=runs/gtn_hidden_numbers/then_lr3_model OUT=runs/heldout/then_lr3 bash experiments/gtn_hidden_numbers.sh
+#   ARM=heldout_seed1 OUT=runs/heldout/warm_start bash experiments/gtn_hidden_numbers.sh
+#
 # Same model as gtn_epochs.sh (runs/oat_recipe/model, bash experiments/gtn_warm_start_oat.sh's first two steps),
 # ~70 min an arm on one core here. Records: docs/results/gtn_hidden_numbers/.
 set -euo pipefail
@@ -51,16 +58,19 @@ case "$ARM" in
   steps1000_lr3) OPTS=(--group-size 8 --advantage group_norm) ;;
   steps1000_lr3_shuffled) OPTS=(--group-size 8 --advantage group_norm --shuffle-advantages) ;;
   steps1000_then_lr3) OPTS=(--group-size 8 --advantage group_norm) ;;
-  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled or steps1000_then_lr3"; exit 2 ;;
+  heldout_seed1) OPTS=(--group-size 8 --advantage group_norm) ;;
+  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled, steps1000_then_lr3 or heldout_seed1"; exit 2 ;;
 esac
 LR=1e-4
 case "$ARM" in steps1000_lr3*|steps1000_then_lr3) LR=3e-4 ;; esac
 # the arms' shape: 64 episodes, steps of 16 turns, 20 iterations; steps1000*: 320 episodes, one step, 12 iterations
 SHAPE=(--episodes-per-iteration 64 --mini-batch-size 16 --iterations 20 --eval-every 5)
 case "$ARM" in steps1000*) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4) ;; esac
+SEED=0 EVAL_EPISODES=64 LOGGED=8 SAVE=4
+case "$ARM" in heldout_seed1) SHAPE=(--episodes-per-iteration 8 --iterations 1 --eval-every 1); SEED=1 EVAL_EPISODES=128 LOGGED=0 SAVE=0 ;; esac
 OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --env game:GuessTheNumber-v0-easy --env-option partial_credit=false \
   --response-prefix '\boxed{' --max-new-tokens 6 --trainable-layers 6 --model "$MODEL" --template chatml \
   --trust-region dppo_binary_tv "${SHAPE[@]}" "${OPTS[@]}" --num-ppo-epochs 1 \
   --learning-rate "$LR" --micro-batch-size 8 \
-  --eval-episodes 64 --seed 0 --threads 1 --log-episodes 8 --no-progress \
-  --engine vllm --engine-dtype float32 --save-every 4 --run-dir "$OUT/$ARM" "$@"
+  --eval-episodes "$EVAL_EPISODES" --seed "$SEED" --threads 1 --log-episodes "$LOGGED" --no-progress \
+  --engine vllm --engine-dtype float32 --save-every "$SAVE" --run-dir "$OUT/$ARM" "$@"
