@@ -40,14 +40,21 @@
 #   ARM=heldout_seed1 MODEL=runs/gtn_hidden_numbers/then_lr3_model OUT=runs/heldout/then_lr3 bash experiments/gtn_hidden_numbers.sh
 #   ARM=heldout_seed1 OUT=runs/heldout/warm_start bash experiments/gtn_hidden_numbers.sh
 #
+# From the continuation's policy after its iteration 7 (exported as above), where rollouts held ~0.6: more optimizer
+# steps an iteration under the trust region (4 steps of 80 whole episodes, ~260 turns each, at lr 1e-4) against the
+# same one step of ~1,000 turns at lr 3e-4, the same rollout seeds, 256 held-out episodes every 4 iterations:
+#
+#   ARM=then_lr3_steps4 bash experiments/gtn_hidden_numbers.sh
+#   ARM=then_lr3_step1 bash experiments/gtn_hidden_numbers.sh
+#
 # Same model as gtn_epochs.sh (runs/oat_recipe/model, bash experiments/gtn_warm_start_oat.sh's first two steps),
 # ~70 min an arm on one core here. Records: docs/results/gtn_hidden_numbers/.
 set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
 OUT="${OUT:-runs/gtn_hidden_numbers}"
 ARM="${ARM:-groups64}"
-case "$ARM" in steps1000_then_lr3) MODEL="${MODEL:-$OUT/steps1000_model}" ;; *) MODEL="${MODEL:-runs/oat_recipe/model}" ;; esac
-[ -f "$MODEL/config.json" ] || { echo "needs the exported model $MODEL: bash experiments/gtn_warm_start_oat.sh (its first two steps), or for steps1000_then_lr3 the export above"; exit 2; }
+case "$ARM" in steps1000_then_lr3) MODEL="${MODEL:-$OUT/steps1000_model}" ;; then_lr3_*) MODEL="${MODEL:-$OUT/then_lr3_model}" ;; *) MODEL="${MODEL:-runs/oat_recipe/model}" ;; esac
+[ -f "$MODEL/config.json" ] || { echo "needs the exported model $MODEL: bash experiments/gtn_warm_start_oat.sh (its first two steps), or for steps1000_then_lr3 / then_lr3_* the exports above"; exit 2; }
 case "$ARM" in
   groups32) OPTS=(--group-size 2 --advantage group_norm) ;;
   groups64) OPTS=(--group-size 1 --advantage batch_norm) ;;
@@ -59,14 +66,19 @@ case "$ARM" in
   steps1000_lr3_shuffled) OPTS=(--group-size 8 --advantage group_norm --shuffle-advantages) ;;
   steps1000_then_lr3) OPTS=(--group-size 8 --advantage group_norm) ;;
   heldout_seed1) OPTS=(--group-size 8 --advantage group_norm) ;;
-  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled, steps1000_then_lr3 or heldout_seed1"; exit 2 ;;
+  then_lr3_steps4|then_lr3_step1) OPTS=(--group-size 8 --advantage group_norm) ;;
+  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled, steps1000_then_lr3, heldout_seed1 or then_lr3_steps4 / then_lr3_step1"; exit 2 ;;
 esac
 LR=1e-4
-case "$ARM" in steps1000_lr3*|steps1000_then_lr3) LR=3e-4 ;; esac
+case "$ARM" in steps1000_lr3*|steps1000_then_lr3|then_lr3_step1) LR=3e-4 ;; esac
 # the arms' shape: 64 episodes, steps of 16 turns, 20 iterations; steps1000*: 320 episodes, one step, 12 iterations
 SHAPE=(--episodes-per-iteration 64 --mini-batch-size 16 --iterations 20 --eval-every 5)
 case "$ARM" in steps1000*) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4) ;; esac
 SEED=0 EVAL_EPISODES=64 LOGGED=8 SAVE=4
+case "$ARM" in
+  then_lr3_steps4) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
+  then_lr3_step1) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
+esac
 case "$ARM" in heldout_seed1) SHAPE=(--episodes-per-iteration 8 --iterations 1 --eval-every 1); SEED=1 EVAL_EPISODES=128 LOGGED=0 SAVE=0 ;; esac
 OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --env game:GuessTheNumber-v0-easy --env-option partial_credit=false \
   --response-prefix '\boxed{' --max-new-tokens 6 --trainable-layers 6 --model "$MODEL" --template chatml \
