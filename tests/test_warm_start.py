@@ -89,11 +89,19 @@ def test_turns_record_the_observation_they_answered(tiny):
         obs, *_ = replay.step(t.response_text)
 
 
-def test_sudoku_board_rules_demonstrator_places_digits():
+def test_sudoku_board_rules_demonstrator_solves_boards_within_the_runs_token_budget():
+    """The rules player solves every easy board, also when the move ("r c d}" after the pre-filled `\\boxed{`)
+    fills the run's whole --max-new-tokens: the demonstration is cut where a model's generation would be, so
+    the end of turn, not the move's closing brace, is what a full budget drops."""
     _, tok = load_policy("tiny-qwen3", seed=0)
-    episodes = play("board_rules", "game:Sudoku-v0-easy", tok, 4)
-    assert all(t.well_formed for e in episodes for t in e.turns)
-    assert np.mean([e.episode_return for e in episodes]) > 0.3
+    budget = len(tok("4 3 2}", add_special_tokens=False)["input_ids"])  # the move alone, no room for the end
+    for max_new_tokens in (32, budget):
+        prompt = PromptFormat(tok, "chatml", None, "\\boxed{")
+        envs = [make_env("game:Sudoku-v0-easy", seed=0) for _ in range(4)]
+        engine = ScriptedEngine(DEMONSTRATORS["board_rules"], prompt, end_of_turn_ids(prompt), seed=0)
+        episodes, _ = play_episodes(engine, envs, list(range(1000, 1004)), prompt, max_new_tokens=max_new_tokens)
+        assert all(t.well_formed for e in episodes for t in e.turns)
+        assert success(episodes) == 1.0, (max_new_tokens, [e.episode_return for e in episodes])
 
 
 def test_negative_log_likelihood_is_the_mean_nll_of_the_demonstrated_tokens(tiny):

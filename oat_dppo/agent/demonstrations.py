@@ -139,8 +139,9 @@ class ScriptedEngine:
             action = self.demonstrator.act(tok.decode(list(ids)), self.rng)
             prefix = self.prompt.response_prefix
             text = action[len(prefix):] if prefix and action.startswith(prefix) else action
-            response = list(tok(text, add_special_tokens=False)["input_ids"])[: max(max_new_tokens - 1, 1)]
-            response += self.end_ids[:1]
+            # what a model writing this text gets from the same budget: cut at max_new_tokens, the end of turn
+            # only where it fits (a move that fills the budget ends by length, as a sampled one does)
+            response = (list(tok(text, add_special_tokens=False)["input_ids"]) + self.end_ids[:1])[:max_new_tokens]
             out.append(Generation(response, np.zeros(len(response), dtype=np.float32), None, None, "stop"))
         return out
 
