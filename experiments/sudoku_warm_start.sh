@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Issue 50, part 4: Sudoku-easy from a warm start, beside the Sudoku levers' RL-only runs (docs/results/sudoku_levers.md).
+#
+# The levers' best prompt (the newest reply and the board, `history=last`, digits 1-4 stated, an example move drawn
+# from the board), SmolLM2-135M-Instruct, top 6 layers. First the warm start: `demo:board_rules` (an empty cell and a
+# digit its row, column and box allow, the most constrained cell first; it reads only the board the prompt shows),
+# 512 of its episodes, 200 supervised steps of 8 turns at lr 2e-4 (the issue's by-hand try: 100 steps at 1e-4 left
+# ~0.65 nats a token and held-out 0.23). Its held-out evaluation (iteration -1, 64 boards) is the warm start alone;
+# then RL continues in the same run: DPPO binary-TV, `--advantage gigpo` (step-level credit: the turns of a group
+# that see the same board are compared), 16 episodes an iteration in groups of 4, lr 1e-4, held out every 5.
+#
+#   bash experiments/sudoku_warm_start.sh                  # ~1 h of warm start, then ~5 min an iteration here
+#   bash experiments/sudoku_warm_start.sh --iterations 30  # continue (the run resumes from its last checkpoint)
+#
+# Records: docs/results/sudoku_warm_start/.
+set -euo pipefail
+PY="${PYTHON:-.venv/bin/python}"
+RUN="${OUT:-runs/sudoku_warm_start}/board_rules_gigpo"
+if [ -f "$RUN/checkpoint/state.json" ]; then
+  OMP_NUM_THREADS=1 exec "$PY" -m oat_dppo.main --resume "$RUN" --threads 1 --no-progress "$@"
+fi
+OMP_NUM_THREADS=1 exec "$PY" -m oat_dppo.main --env game:Sudoku-v0-easy --env-option=history=last \
+  '--env-option=obs_suffix=
+The digits are 1 to 4. Answer with one move for an empty cell, e.g. {random_example}.' \
+  --response-prefix '\boxed{' --model smollm2 --template chatml --trainable-layers 6 --max-new-tokens 6 \
+  --warm-start demo:board_rules --warm-start-episodes 512 --warm-start-steps 200 --warm-start-batch 8 \
+  --warm-start-lr 2e-4 \
+  --trust-region dppo_binary_tv --advantage gigpo --episodes-per-iteration 16 --group-size 4 \
+  --learning-rate 1e-4 --mini-batch-size 16 --micro-batch-size 8 --iterations 15 \
+  --engine vllm --engine-dtype float32 --vllm-enforce-eager \
+  --eval-every 5 --eval-episodes 64 --save-every 1 --log-episodes 4 --seed 0 --threads 1 --no-progress \
+  --run-dir "$RUN" "$@"
