@@ -310,6 +310,31 @@ def test_sigint_before_the_first_checkpoint_leaves_nothing(tmp_path):
     assert "resume with" not in err and not run_dir.exists()
 
 
+def test_a_stop_after_the_first_evaluation_keeps_it_and_the_run_resumes(tmp_path):
+    """Ctrl-C in iteration 0's rollout, after the evaluation before any update (iteration -1): the run keeps
+    that evaluation (saved as the checkpoint before iteration 0), offers the resume, and resumes at iteration 0."""
+    run_dir = tmp_path / "r"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oat_dppo.main", *TINY, "--run-dir", str(run_dir), "--env", "rg:arc_1d",
+         "--iterations", "50", "--episodes-per-iteration", "64", "--max-new-tokens", "64", "--eval-every", "50",
+         "--eval-episodes", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=child_env())
+    metrics_file = run_dir / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics_file.exists() and metrics_file.read_text().count("\n") >= 1):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "resume with" in err and metrics(run_dir)[0]["iteration"] == -1
+    evaluated = metrics(run_dir)[0]
+    assert "eval/reward_mean" in evaluated
+    saved = len(metrics(run_dir)) - 1  # 0, or 1 where the signal came during iteration 0's update
+    assert main(["--resume", str(run_dir), "--iterations", str(saved + 1)]) == 0
+    assert [r["iteration"] for r in metrics(run_dir)] == list(range(-1, saved + 1))
+    assert metrics(run_dir)[0] == evaluated
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_signal_saves_and_the_run_resumes(tmp_path, capsys, sig):
     """Ctrl-C, and SIGTERM as a scheduler sends it: the update finishes, a checkpoint is saved, the exit

@@ -400,8 +400,8 @@ class LocalTrainer:
                   f"resume with: {python_command()} -m oat_dppo.main --resume {self.run_dir.path}", self.out)
 
     def _before_first_update(self) -> None:
-        """A new run: its warm start (saved as the checkpoint before iteration 0), then one held-out evaluation
-        before any RL update, logged as iteration -1: each curve starts where its model started."""
+        """A new run: its warm start, then one held-out evaluation before any RL update, logged as iteration -1
+        (each curve starts where its model started); either is saved as the checkpoint before iteration 0."""
         row = {}
         if self.cfg.warm_start:
             self._phase = "rollout"  # a stop here ends at once: nothing is saved yet
@@ -414,6 +414,8 @@ class LocalTrainer:
         if row:
             self._phase = "save"
             self._emit({"iteration": -1, **row})
+            # the evaluation is kept: a stop in iteration 0's rollout leaves a run that resumes at iteration 0
+            self.save_checkpoint(-1)
 
     def warm_start(self) -> dict:
         """`--warm-start`: collect the demonstrations, take the supervised steps (`oat_dppo.warm_start`); each
