@@ -50,7 +50,8 @@
 # A longer warm start before the same RL: the warm start's imitation of demo:noisy_bisect (0.83 as played) ended
 # ~0.7 nats a turn above that player's own entropy (1.49 nats a turn; ~0.73 a token measured, ~0.50 its floor),
 # so the model plays well below it. 240 more supervised steps of 16 turns at lr 1e-4 from the same model, its
-# evaluation on the 256 held-out episodes (the warm start alone), then one step of ~1,000 turns at lr 3e-4:
+# evaluation on the 256 held-out episodes (the warm start alone), then then_lr3_steps4's RL (4 steps of 80 episodes
+# at lr 1e-4):
 #
 #   ARM=longer_warm_start bash experiments/gtn_hidden_numbers.sh
 #
@@ -79,14 +80,14 @@ case "$ARM" in
   *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled, steps1000_then_lr3, heldout_seed1, then_lr3_steps4 / then_lr3_step1 or longer_warm_start"; exit 2 ;;
 esac
 LR=1e-4
-case "$ARM" in steps1000_lr3*|steps1000_then_lr3|then_lr3_step1|longer_warm_start) LR=3e-4 ;; esac
+case "$ARM" in steps1000_lr3*|steps1000_then_lr3|then_lr3_step1) LR=3e-4 ;; esac
 # the arms' shape: 64 episodes, steps of 16 turns, 20 iterations; steps1000*: 320 episodes, one step, 12 iterations
 SHAPE=(--episodes-per-iteration 64 --mini-batch-size 16 --iterations 20 --eval-every 5)
 case "$ARM" in steps1000*) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4) ;; esac
 SEED=0 EVAL_EPISODES=64 LOGGED=8 SAVE=4
 case "$ARM" in
-  then_lr3_steps4) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
-  then_lr3_step1|longer_warm_start) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
+  then_lr3_steps4|longer_warm_start) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
+  then_lr3_step1) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
 esac
 case "$ARM" in heldout_seed1) SHAPE=(--episodes-per-iteration 8 --iterations 1 --eval-every 1); SEED=1 EVAL_EPISODES=128 LOGGED=0 SAVE=0 ;; esac
 OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --env game:GuessTheNumber-v0-easy --env-option partial_credit=false \
