@@ -9,7 +9,7 @@
 # then RL continues in the same run: DPPO binary-TV, `--advantage gigpo` (step-level credit: the turns of a group
 # that see the same board are compared), 16 episodes an iteration in groups of 4, lr 1e-4, held out every 5.
 #
-#   bash experiments/sudoku_warm_start.sh                  # ~1 h of warm start, then ~5 min an iteration here
+#   bash experiments/sudoku_warm_start.sh                  # ~30 min of warm start, an 18-min evaluation, ~5 min an iteration
 #   bash experiments/sudoku_warm_start.sh --iterations 30  # continue (the run resumes from its last checkpoint)
 #
 # Records: docs/results/sudoku_warm_start/.
