@@ -28,11 +28,11 @@ def tiny():
     return load_policy("tiny-qwen3", seed=0)
 
 
-def play(name: str, env_id: str, tok, n: int, seed: int = 0):
-    prompt = PromptFormat(tok, "chatml")
+def play(name: str, env_id: str, tok, n: int, seed: int = 0, max_new_tokens: int = 32, response_prefix: str = ""):
+    prompt = PromptFormat(tok, "chatml", None, response_prefix)
     envs = [make_env(env_id, seed=0) for _ in range(n)]
     engine = ScriptedEngine(DEMONSTRATORS[name], prompt, end_of_turn_ids(prompt), seed=seed)
-    episodes, stats = play_episodes(engine, envs, list(range(1000, 1000 + n)), prompt, max_new_tokens=32)
+    episodes, stats = play_episodes(engine, envs, list(range(1000, 1000 + n)), prompt, max_new_tokens=max_new_tokens)
     assert stats.env_errors == 0
     return episodes
 
@@ -96,10 +96,8 @@ def test_sudoku_board_rules_demonstrator_solves_boards_within_the_runs_token_bud
     _, tok = load_policy("tiny-qwen3", seed=0)
     budget = len(tok("4 3 2}", add_special_tokens=False)["input_ids"])  # the move alone, no room for the end
     for max_new_tokens in (32, budget):
-        prompt = PromptFormat(tok, "chatml", None, "\\boxed{")
-        envs = [make_env("game:Sudoku-v0-easy", seed=0) for _ in range(4)]
-        engine = ScriptedEngine(DEMONSTRATORS["board_rules"], prompt, end_of_turn_ids(prompt), seed=0)
-        episodes, _ = play_episodes(engine, envs, list(range(1000, 1004)), prompt, max_new_tokens=max_new_tokens)
+        episodes = play("board_rules", "game:Sudoku-v0-easy", tok, 4, max_new_tokens=max_new_tokens,
+                        response_prefix="\\boxed{")
         assert all(t.well_formed for e in episodes for t in e.turns)
         assert success(episodes) == 1.0, (max_new_tokens, [e.episode_return for e in episodes])
 

@@ -414,8 +414,9 @@ class LocalTrainer:
         if row:
             self._phase = "save"
             self._emit({"iteration": -1, **row})
-            # the evaluation is kept: a stop in iteration 0's rollout leaves a run that resumes at iteration 0
-            self.save_checkpoint(-1)
+            if not self.cfg.warm_start:  # (a warm start saved it above)
+                # the evaluation is kept: a stop in iteration 0's rollout leaves a run that resumes at iteration 0
+                self.save_checkpoint(-1)
 
     def warm_start(self) -> dict:
         """`--warm-start`: collect the demonstrations, take the supervised steps (`oat_dppo.warm_start`); each
