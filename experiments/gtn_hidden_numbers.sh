@@ -55,14 +55,21 @@
 #
 #   ARM=longer_warm_start bash experiments/gtn_hidden_numbers.sh
 #
+# Step-level credit from there: longer_warm_start's policy after its RL iteration 3 (exported), the same RL with
+# --advantage gigpo (a guess that repeats one, or strays from the middle, is compared with the other guesses made
+# from the same hint history, not credited with its episode's win):
+#
+#   python -m oat_dppo.export runs/gtn_hidden_numbers/longer_warm_start runs/gtn_hidden_numbers/longer_warm_start_model
+#   ARM=lws_gigpo bash experiments/gtn_hidden_numbers.sh
+#
 # Same model as gtn_epochs.sh (runs/oat_recipe/model, bash experiments/gtn_warm_start_oat.sh's first two steps),
 # ~70 min an arm on one core here. Records: docs/results/gtn_hidden_numbers/.
 set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
 OUT="${OUT:-runs/gtn_hidden_numbers}"
 ARM="${ARM:-groups64}"
-case "$ARM" in steps1000_then_lr3) MODEL="${MODEL:-$OUT/steps1000_model}" ;; then_lr3_*) MODEL="${MODEL:-$OUT/then_lr3_model}" ;; *) MODEL="${MODEL:-runs/oat_recipe/model}" ;; esac
-[ -f "$MODEL/config.json" ] || { echo "needs the exported model $MODEL: bash experiments/gtn_warm_start_oat.sh (its first two steps), or for steps1000_then_lr3 / then_lr3_* the exports above"; exit 2; }
+case "$ARM" in steps1000_then_lr3) MODEL="${MODEL:-$OUT/steps1000_model}" ;; lws_*) MODEL="${MODEL:-$OUT/longer_warm_start_model}" ;; then_lr3_*) MODEL="${MODEL:-$OUT/then_lr3_model}" ;; *) MODEL="${MODEL:-runs/oat_recipe/model}" ;; esac
+[ -f "$MODEL/config.json" ] || { echo "needs the exported model $MODEL: bash experiments/gtn_warm_start_oat.sh (its first two steps), or for steps1000_then_lr3 / then_lr3_* / lws_* the exports above"; exit 2; }
 case "$ARM" in
   groups32) OPTS=(--group-size 2 --advantage group_norm) ;;
   groups64) OPTS=(--group-size 1 --advantage batch_norm) ;;
@@ -75,9 +82,10 @@ case "$ARM" in
   steps1000_then_lr3) OPTS=(--group-size 8 --advantage group_norm) ;;
   heldout_seed1) OPTS=(--group-size 8 --advantage group_norm) ;;
   then_lr3_steps4|then_lr3_step1) OPTS=(--group-size 8 --advantage group_norm) ;;
+  lws_gigpo) OPTS=(--group-size 8 --advantage gigpo) ;;
   longer_warm_start) OPTS=(--group-size 8 --advantage group_norm --warm-start demo:noisy_bisect --warm-start-episodes 1200
                            --warm-start-steps 240 --warm-start-batch 16 --warm-start-lr 1e-4) ;;
-  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled, steps1000_then_lr3, heldout_seed1, then_lr3_steps4 / then_lr3_step1 or longer_warm_start"; exit 2 ;;
+  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled, steps1000_then_lr3, heldout_seed1, then_lr3_steps4 / then_lr3_step1, longer_warm_start or lws_gigpo"; exit 2 ;;
 esac
 LR=1e-4
 case "$ARM" in steps1000_lr3*|steps1000_then_lr3|then_lr3_step1) LR=3e-4 ;; esac
@@ -86,7 +94,7 @@ SHAPE=(--episodes-per-iteration 64 --mini-batch-size 16 --iterations 20 --eval-e
 case "$ARM" in steps1000*) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4) ;; esac
 SEED=0 EVAL_EPISODES=64 LOGGED=8 SAVE=4
 case "$ARM" in
-  then_lr3_steps4|longer_warm_start) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
+  then_lr3_steps4|longer_warm_start|lws_*) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
   then_lr3_step1) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
 esac
 case "$ARM" in heldout_seed1) SHAPE=(--episodes-per-iteration 8 --iterations 1 --eval-every 1); SEED=1 EVAL_EPISODES=128 LOGGED=0 SAVE=0 ;; esac
