@@ -62,14 +62,23 @@
 #   python -m oat_dppo.export runs/gtn_hidden_numbers/longer_warm_start runs/gtn_hidden_numbers/longer_warm_start_model
 #   ARM=lws_gigpo bash experiments/gtn_hidden_numbers.sh
 #
+# By its iteration 7 longer_warm_start plays almost deterministically (entropy 0.13 a token) and fails the same
+# hidden numbers in every episode: a group whose 8 episodes all fail has one return, so group_norm and gigpo give its
+# turns no advantage at all, and what fails is never pushed down. A batch baseline (each turn against the whole
+# batch) gives those turns their negative advantage. Its policy after iteration 7 (exported), the same RL with
+# --advantage batch_norm:
+#
+#   python -m oat_dppo.export runs/gtn_hidden_numbers/longer_warm_start runs/gtn_hidden_numbers/lws7_model
+#   ARM=lws7_batch_norm bash experiments/gtn_hidden_numbers.sh
+#
 # Same model as gtn_epochs.sh (runs/oat_recipe/model, bash experiments/gtn_warm_start_oat.sh's first two steps),
 # ~70 min an arm on one core here. Records: docs/results/gtn_hidden_numbers/.
 set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
 OUT="${OUT:-runs/gtn_hidden_numbers}"
 ARM="${ARM:-groups64}"
-case "$ARM" in steps1000_then_lr3) MODEL="${MODEL:-$OUT/steps1000_model}" ;; lws_*) MODEL="${MODEL:-$OUT/longer_warm_start_model}" ;; then_lr3_*) MODEL="${MODEL:-$OUT/then_lr3_model}" ;; *) MODEL="${MODEL:-runs/oat_recipe/model}" ;; esac
-[ -f "$MODEL/config.json" ] || { echo "needs the exported model $MODEL: bash experiments/gtn_warm_start_oat.sh (its first two steps), or for steps1000_then_lr3 / then_lr3_* / lws_* the exports above"; exit 2; }
+case "$ARM" in steps1000_then_lr3) MODEL="${MODEL:-$OUT/steps1000_model}" ;; lws7_*) MODEL="${MODEL:-$OUT/lws7_model}" ;; lws_*) MODEL="${MODEL:-$OUT/longer_warm_start_model}" ;; then_lr3_*) MODEL="${MODEL:-$OUT/then_lr3_model}" ;; *) MODEL="${MODEL:-runs/oat_recipe/model}" ;; esac
+[ -f "$MODEL/config.json" ] || { echo "needs the exported model $MODEL: bash experiments/gtn_warm_start_oat.sh (its first two steps), or for steps1000_then_lr3 / then_lr3_* / lws* the exports above"; exit 2; }
 case "$ARM" in
   groups32) OPTS=(--group-size 2 --advantage group_norm) ;;
   groups64) OPTS=(--group-size 1 --advantage batch_norm) ;;
@@ -83,9 +92,10 @@ case "$ARM" in
   heldout_seed1) OPTS=(--group-size 8 --advantage group_norm) ;;
   then_lr3_steps4|then_lr3_step1) OPTS=(--group-size 8 --advantage group_norm) ;;
   lws_gigpo) OPTS=(--group-size 8 --advantage gigpo) ;;
+  lws7_batch_norm) OPTS=(--group-size 8 --advantage batch_norm) ;;
   longer_warm_start) OPTS=(--group-size 8 --advantage group_norm --warm-start demo:noisy_bisect --warm-start-episodes 1200
                            --warm-start-steps 240 --warm-start-batch 16 --warm-start-lr 1e-4) ;;
-  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled, steps1000_then_lr3, heldout_seed1, then_lr3_steps4 / then_lr3_step1, longer_warm_start or lws_gigpo"; exit 2 ;;
+  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled, steps1000_then_lr3, heldout_seed1, then_lr3_steps4 / then_lr3_step1, longer_warm_start, lws_gigpo or lws7_batch_norm"; exit 2 ;;
 esac
 LR=1e-4
 case "$ARM" in steps1000_lr3*|steps1000_then_lr3|then_lr3_step1) LR=3e-4 ;; esac
@@ -94,7 +104,7 @@ SHAPE=(--episodes-per-iteration 64 --mini-batch-size 16 --iterations 20 --eval-e
 case "$ARM" in steps1000*) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4) ;; esac
 SEED=0 EVAL_EPISODES=64 LOGGED=8 SAVE=4
 case "$ARM" in
-  then_lr3_steps4|longer_warm_start|lws_*) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
+  then_lr3_steps4|longer_warm_start|lws*) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
   then_lr3_step1) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
 esac
 case "$ARM" in heldout_seed1) SHAPE=(--episodes-per-iteration 8 --iterations 1 --eval-every 1); SEED=1 EVAL_EPISODES=128 LOGGED=0 SAVE=0 ;; esac
