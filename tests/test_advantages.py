@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from oat_dppo.agent import Episode, Turn, assign_advantages, discounted_returns
+from oat_dppo.agent import Episode, Turn, assign_advantages, discounted_returns, uncredited_turn_rate
 
 EPS = 1e-6  # assign_advantages' default eps
 
@@ -60,6 +60,21 @@ def grpo_batch() -> list[Episode]:
     return [episode(0, [0.0, 1.0]), episode(0, [0.0]), episode(1, [1.0]), episode(0, [0.0]), episode(0, [0.0]),
             episode(1, [1.0]), episode(2, [0.5]), episode(1, [1.0])]
 
+
+
+def test_uncredited_turn_rate_counts_the_turns_a_group_baseline_leaves_at_zero():
+    """grpo_batch's 9 trained turns: seed 1's tied group (3 turns) and seed 2's lone episode (1) get no advantage
+    under group_norm (4 of 9); batch_norm compares every turn with the batch's mean return (5.5 / 9), which no
+    turn returns (0 of 9). An episode with an env error and a turn without response tokens are not trained."""
+    batch = grpo_batch() + [episode(3, [1.0], error="boom")]
+    assign_advantages(batch, "group_norm")
+    assert uncredited_turn_rate(batch) == pytest.approx(4 / 9)
+    assign_advantages(batch, "batch_norm")
+    assert uncredited_turn_rate(batch) == 0.0
+    batch[2].turns[0].response_ids = []  # seed 1's first turn, now untrained
+    assign_advantages(batch, "group_norm")
+    assert uncredited_turn_rate(batch) == pytest.approx(3 / 8)
+    assert math.isnan(uncredited_turn_rate([episode(0, [1.0], error="boom")]))
 
 def test_group_subtracts_the_group_mean_without_scaling():
     """group: A = G_t - mean of the group's episode returns (the paper's eq. 23 runs); a tied group

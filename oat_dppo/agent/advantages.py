@@ -131,3 +131,12 @@ def _assign_gigpo(members: Sequence[Episode], returns: np.ndarray, eps: float) -
     for m, a_episode in zip(members, episode_term):
         for t in m.turns:
             t.advantage = float(a_episode) + step_term[id(t)]
+
+
+def uncredited_turn_rate(episodes: Sequence[Episode]) -> float:
+    """The share of a batch's trained turns whose advantage is exactly 0: under a group baseline, the turns of
+    groups whose episodes all returned alike (a policy that fails a hidden number in every episode of its group
+    is never told so; `batch_norm` still is). Call after `assign_advantages`; NaN for a batch with no trained
+    turn."""
+    trained = [t.advantage for e in episodes if e.error is None for t in e.turns if t.response_ids]
+    return float(np.mean([a == 0.0 for a in trained])) if trained else float("nan")

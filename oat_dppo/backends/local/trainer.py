@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from oat_dppo.agent import Episode, PromptFormat, Turn, assign_advantages, episode_metrics, play_episodes
+from oat_dppo.agent import (Episode, PromptFormat, Turn, assign_advantages, episode_metrics, play_episodes,
+                            uncredited_turn_rate)
 from oat_dppo.agent.reply_effect import ModelMovePolicy, held_out_metrics
 from oat_dppo.backends.local import checkpoint
 from oat_dppo.components import (
@@ -479,6 +480,7 @@ class LocalTrainer:
         row.update({f"rollout/{k}": v for k, v in episode_metrics(episodes).items()})
         row["rollout/env_errors"] = stats.env_errors
         row["rollout/context_truncations"] = stats.context_truncations
+        row["rollout/uncredited_turn_rate"] = uncredited_turn_rate(episodes)
         row.update({f"train/{k}": v for k, v in train.items() if k not in ("train_seconds",)})
         row["train/lr"] = lr
         gen_tokens = sum(t.num_tokens for t in turns)

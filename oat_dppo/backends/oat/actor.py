@@ -20,7 +20,8 @@ import vllm
 from oat.algorithms.ppo import PPOActor
 from vllm.lora.request import LoRARequest
 
-from oat_dppo.agent import EVAL_KEYS, PromptFormat, assign_advantages, episode_metrics, play_episodes
+from oat_dppo.agent import (EVAL_KEYS, PromptFormat, assign_advantages, episode_metrics, play_episodes,
+                            uncredited_turn_rate)
 from oat_dppo.agent.reply_effect import Case, cases_from_episodes
 from oat_dppo.backends.oat import cpu
 from oat_dppo.backends.oat.args import to_train_config
@@ -156,6 +157,7 @@ class DPPOActor(PPOActor):
             "actor/env_errors": float(stats.env_errors), "actor/context_truncations": float(stats.context_truncations),
             "actor/generate_time": stats.generate_seconds, "actor/env_time": stats.env_seconds,
             "actor/rollout_rounds": float(rounds + 1), "actor/turns_trained": float(sum(map(len, trained))),
+            "actor/uncredited_turn_rate": uncredited_turn_rate(episodes),
         })
         self.steps_done += 1
         return [episode_data(turns, ignore_no_eos=args.ignore_no_eos, info=info) for turns in trained], info
