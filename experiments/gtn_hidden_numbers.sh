@@ -62,6 +62,12 @@
 #   python -m oat_dppo.export runs/gtn_hidden_numbers/longer_warm_start runs/gtn_hidden_numbers/longer_warm_start_model
 #   ARM=lws_gigpo bash experiments/gtn_hidden_numbers.sh
 #
+# And its control: the same start and RL (group_norm), the advantages shuffled over each batch's turns: what the
+# updates do to held-out success without credit (a policy imitating noisy_bisect may gain from any update that
+# sharpens it):
+#
+#   ARM=lws_shuffled bash experiments/gtn_hidden_numbers.sh
+#
 # By its iteration 7 longer_warm_start plays almost deterministically (entropy 0.13 a token) and fails the same
 # hidden numbers in every episode: a group whose 8 episodes all fail has one return, so group_norm and gigpo give its
 # turns no advantage at all, and what fails is never pushed down. A batch baseline (each turn against the whole
@@ -92,10 +98,11 @@ case "$ARM" in
   heldout_seed1) OPTS=(--group-size 8 --advantage group_norm) ;;
   then_lr3_steps4|then_lr3_step1) OPTS=(--group-size 8 --advantage group_norm) ;;
   lws_gigpo) OPTS=(--group-size 8 --advantage gigpo) ;;
+  lws_shuffled) OPTS=(--group-size 8 --advantage group_norm --shuffle-advantages) ;;
   lws7_batch_norm) OPTS=(--group-size 8 --advantage batch_norm) ;;
   longer_warm_start) OPTS=(--group-size 8 --advantage group_norm --warm-start demo:noisy_bisect --warm-start-episodes 1200
                            --warm-start-steps 240 --warm-start-batch 16 --warm-start-lr 1e-4) ;;
-  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled, steps1000_then_lr3, heldout_seed1, then_lr3_steps4 / then_lr3_step1, longer_warm_start, lws_gigpo or lws7_batch_norm"; exit 2 ;;
+  *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled, steps1000_then_lr3, heldout_seed1, then_lr3_steps4 / then_lr3_step1, longer_warm_start, lws_gigpo, lws_shuffled or lws7_batch_norm"; exit 2 ;;
 esac
 LR=1e-4
 case "$ARM" in steps1000_lr3*|steps1000_then_lr3|then_lr3_step1) LR=3e-4 ;; esac
