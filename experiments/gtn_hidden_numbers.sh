@@ -111,7 +111,9 @@ SHAPE=(--episodes-per-iteration 64 --mini-batch-size 16 --iterations 20 --eval-e
 case "$ARM" in steps1000*) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4) ;; esac
 SEED=0 EVAL_EPISODES=64 LOGGED=8 SAVE=4
 case "$ARM" in
-  then_lr3_steps4|longer_warm_start|lws*) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
+  then_lr3_steps4|lws*) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
+  # longer_warm_start ran 12 iterations and was resumed to 16 (--resume ... --iterations 16): the same run as 16 at once
+  longer_warm_start) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 16 --eval-every 4); EVAL_EPISODES=256 ;;
   then_lr3_step1) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
 esac
 case "$ARM" in heldout_seed1) SHAPE=(--episodes-per-iteration 8 --iterations 1 --eval-every 1); SEED=1 EVAL_EPISODES=128 LOGGED=0 SAVE=0 ;; esac

@@ -8,6 +8,7 @@
 # prompt log-probs, which did not finish in 30 minutes, and ran with --eval-episodes 0).
 #
 #   bash experiments/gtn_warm_start_oat.sh            # OUT=runs/oat_recipe; ~25 min + ~4 min a round here
+#   WARM_ONLY=1 bash experiments/gtn_warm_start_oat.sh  # the warm start and its export only
 set -euo pipefail
 OUT="${OUT:-runs/oat_recipe}"
 PY="${PYTHON:-.venv/bin/python}"
@@ -18,6 +19,7 @@ COMMON=(--env game:GuessTheNumber-v0-easy --response-prefix '\boxed{'
   --warm-start demo:noisy_bisect --warm-start-episodes 600 --warm-start-steps 160 --warm-start-batch 8 \
   --warm-start-lr 2e-4 --iterations 0 --eval-every 0 --no-progress --log none --run-dir "$OUT/warm_start"
 [ -f "$OUT/model/config.json" ] || "$PY" -m oat_dppo.export "$OUT/warm_start" "$OUT/model"
+[ "${WARM_ONLY:-0}" = 1 ] && exit 0  # the warm start alone (experiments/gtn_learned.sh starts from it)
 OMP_NUM_THREADS=1 "$OAT_PY" -m oat_dppo.main --backend oat "${COMMON[@]}" --env-option partial_credit=false --model "$OUT/model" --template chatml \
   --trust-region dppo_binary_tv --learning-rate 1e-5 --episodes-per-iteration 32 --group-size 8 \
   --mini-batch-size 32 --micro-batch-size 8 --advantage gigpo --iterations 10 --eval-episodes 64 --eval-every 5 --gpus 2 \
