@@ -235,6 +235,8 @@ def test_actor_rollout_sends_every_turn_of_exact_counts_of_episodes(tok, model, 
     turns = [t for e in episodes for t in e.turns]
     assert len(turns) == info["actor/turns_trained"] == pytest.approx(info["actor/turns_mean"] * len(episodes))
     assert len(turns) > len(episodes)  # a multi-turn game: more turns than episodes, all of them sent
+    uncredited = sum(t.advantage == 0.0 for t in turns) / len(turns)  # what a group baseline left without credit
+    assert info["actor/uncredited_turn_rate"] == pytest.approx(uncredited)
     for e in episodes:
         assert e.response_ids == [i for t in e.turns for i in t.response_ids]  # Oat's collector metrics read these
         assert len(e.rewards) == len(e.turns) and e.turns[0].prompt_ids == e.prompt_ids
