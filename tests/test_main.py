@@ -50,7 +50,8 @@ def test_trains_end_to_end_on_gem_envs(tmp_path, env, extra):
     before, rows = rows[0], rows[1:]  # -1: the held-out evaluation before any update, nothing else
     assert "eval/reward_mean" in before and not any(k.startswith(("train/", "rollout/")) for k in before)
     for key in ("rollout/reward_mean", "rollout/success_rate", "rollout/turns_mean", "rollout/uncredited_turn_rate",
-                "train/kept_frac", "train/prob_diff_mean", "train/entropy", "time/generate_s", "time/train_s", "perf/generated_tokens_per_s"):
+                "train/kept_frac", "train/prob_diff_mean", "train/entropy", "time/generate_s", "time/train_s",
+                "perf/generated_tokens_per_s"):
         assert key in rows[0], key
     assert "eval/reward_mean" in rows[1] and "eval/reward_mean" not in rows[0]
     # On the first mini-batch pi = mu up to float error: the engine's mu is the learner's pi.
