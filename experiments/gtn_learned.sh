@@ -11,8 +11,8 @@
 #    binary-TV (group_norm, 320 episodes in groups of 8 an iteration, 4 optimizer steps of 80 whole episodes,
 #    lr 1e-4, no partial credit), held out every 4 iterations.
 #
-# Measured (docs/warm_start.md): held out 0.676 before RL, 0.707 / 0.809 / 0.949 after iterations 3 / 7 / 11; the
-# reply effect 0.54 -> 0.93. Record: docs/results/gtn_hidden_numbers/longer_warm_start/.
+# Measured (docs/warm_start.md): held out 0.676 before RL, 0.707 / 0.809 / 0.949 / 0.875 after iterations 3 / 7 / 11
+# / 15; the reply effect 0.54 -> 0.93. Record: docs/results/gtn_hidden_numbers/longer_warm_start/.
 set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
 RUN=runs/gtn_hidden_numbers/longer_warm_start
