@@ -34,6 +34,8 @@ BENCHMARKS = {
     "gradient-noise": ("benchmarks.gradient_noise", "a run's loss on its own rollouts: the turns a step needs before "
                                                     "signal outweighs noise (gradient noise scale), and a no-credit "
                                                     "control"),
+    "by-hidden-number": ("benchmarks.by_hidden_number", "GuessTheNumber: a run's logged episodes by hidden number "
+                                                        "(success, the guesses played)"),
     "gpu": ("benchmarks.gpu", "one GPU: vLLM rollout, weight sync, learner, and the mismatch table"),
 }
 USAGE = "usage: python -m benchmarks {" + ",".join(BENCHMARKS) + "} [--help | options]"
