@@ -123,15 +123,13 @@ class DPPOActor(PPOActor):
     # -- Oat's entry points ------------------------------------------------------------------------------
     def step(self, prompts: list[str], formatted_prompts: list[str], references: list[str] | None = None):
         assert not self.eval_mode
-        transitions, _ = self.rollout(len(prompts))
-        return self.ipc_client.serialize_ipc(transitions)
+        return self.ipc_client.serialize_ipc(self.rollout(len(prompts))[0])  # the episodes; their metrics ride in each
 
     def rollout(self, n_slots: int) -> tuple[list[DPPOEpisodeData], dict[str, float]]:
         """Exactly `n_slots x num_samples` episodes, every turn they played, and their metrics. A round without
         a trainable turn (every env failing) is played again, at most MAX_ROUNDS times."""
         args = self.args
-        g = max(int(args.num_samples), 1)
-        actor_id = getattr(self, "actor_id", 0)
+        g, actor_id = max(int(args.num_samples), 1), getattr(self, "actor_id", 0)  # episodes a slot; this actor
         errors: list[str] = []
         for rounds in range(MAX_ROUNDS):
             seeds = [derive_seed(self.seed_base, "oat-train", actor_id, self.steps_done, rounds, s)
@@ -157,7 +155,7 @@ class DPPOActor(PPOActor):
             "actor/env_errors": float(stats.env_errors), "actor/context_truncations": float(stats.context_truncations),
             "actor/generate_time": stats.generate_seconds, "actor/env_time": stats.env_seconds,
             "actor/rollout_rounds": float(rounds + 1), "actor/turns_trained": float(sum(map(len, trained))),
-            "actor/uncredited_turn_rate": uncredited_turn_rate(episodes),
+            "actor/uncredited_turn_rate": uncredited_turn_rate(episodes),  # turns a group baseline left at 0
         })
         self.steps_done += 1
         return [episode_data(turns, ignore_no_eos=args.ignore_no_eos, info=info) for turns in trained], info
