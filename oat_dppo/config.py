@@ -292,6 +292,12 @@ class TrainConfig:
         "Keep the last checkpoint when the run finishes (--no-keep-checkpoint deletes it: no disk used, but the "
         "run cannot be extended with --resume). An interrupted run always keeps it.",
     )
+    keep_best: bool = opt(
+        False,
+        "Also keep the policy of the best held-out evaluation so far (the highest eval/reward_mean, the first of ties, "
+        "the evaluation before any update included) in RUN_DIR/best/; `python -m oat_dppo.export RUN_DIR OUT --best` "
+        "exports it. Held-out success can fall after its peak while the last checkpoint moves on. Local backend.",
+    )
     log_episodes: int = opt(2, "Episodes per iteration written to episodes.jsonl.")
     log: LogTo = opt("tensorboard", "Metrics sink besides metrics.jsonl.")
     wandb_project: str = opt("oat_dppo", "Weights & Biases project (with --log wandb).")

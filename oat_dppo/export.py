@@ -1,4 +1,5 @@
-"""`python -m oat_dppo.export RUN_DIR OUT_DIR`: a run's trained policy as a Hugging Face model directory.
+"""`python -m oat_dppo.export RUN_DIR OUT_DIR [--best]`: a run's trained policy (its last checkpoint, or with
+`--best` the best held-out policy `--keep-best` kept) as a Hugging Face model directory.
 
 The policy is rebuilt as the run built it (its config.json: model, LoRA, trainable layers), the
 checkpoint's trained weights are loaded (safely: safetensors, or a 0.1 checkpoint as tensors only),
@@ -36,15 +37,19 @@ class ExportConfig:
     """The saved weights' dtype (auto: the run's --dtype)."""
     overwrite: bool = False
     """Write into an OUT_DIR that already holds files."""
+    best: bool = False
+    """Export the policy of the run's best held-out evaluation (RUN_DIR/best/, kept by --keep-best), not its
+    last checkpoint."""
 
 
-def export(run_dir: str | Path, out_dir: str | Path, *, dtype: str = "auto", overwrite: bool = False) -> Path:
-    """Write the trained policy of `run_dir` to `out_dir`; returns `out_dir`. Bad input raises
+def export(run_dir: str | Path, out_dir: str | Path, *, dtype: str = "auto", overwrite: bool = False,
+           best: bool = False) -> Path:
+    """Write the trained policy of `run_dir` (`best`: its best held-out one) to `out_dir`; returns `out_dir`. Bad input raises
     `ConfigError` / `RunDirError` (one line)."""
     # torch and transformers after the arguments are parsed: `--help` and bad input answer at once
     import torch
 
-    from oat_dppo.backends.local.checkpoint import CheckpointError, trained_weights
+    from oat_dppo.backends.local.checkpoint import CheckpointError, best_weights, trained_weights
     from oat_dppo.backends.local.trainer import build_policy
     from oat_dppo.models.common import save_tokenizer
 
@@ -54,9 +59,9 @@ def export(run_dir: str | Path, out_dir: str | Path, *, dtype: str = "auto", ove
         raise ConfigError(f"{out} is not empty; choose another OUT_DIR or pass --overwrite")
     cfg = from_dict(run.read_config())
     try:
-        weights = trained_weights(run.checkpoint_path)
+        weights = best_weights(run.best_path) if best else trained_weights(run.checkpoint_path)
     except CheckpointError as e:
-        raise RunDirError(f"cannot export {run.path}: no usable checkpoint ({e})") from None
+        raise RunDirError(f"cannot export {run.path}: no usable {'best policy' if best else 'checkpoint'} ({e})") from None
     cfg.gradient_checkpointing = False
     model, tokenizer = build_policy(cfg, torch.device("cpu"))
     result = model.load_state_dict(weights, strict=False)
@@ -77,7 +82,7 @@ def export(run_dir: str | Path, out_dir: str | Path, *, dtype: str = "auto", ove
 def main(argv: list[str] | None = None) -> int:
     cfg = parse(ExportConfig, argv, prog=PROG, description=__doc__)
     try:
-        out = export(cfg.run_dir, cfg.out_dir, dtype=cfg.dtype, overwrite=cfg.overwrite)
+        out = export(cfg.run_dir, cfg.out_dir, dtype=cfg.dtype, overwrite=cfg.overwrite, best=cfg.best)
     except (ConfigError, RunDirError) as e:
         return fail(str(e))
     print(f"exported {cfg.run_dir} to {out} (load with transformers' from_pretrained, or --model {out})",

@@ -5,6 +5,7 @@
     RUN_DIR/episodes.jsonl     sample episodes (prompts, responses, rewards)
     RUN_DIR/events/            TensorBoard events (with --log tensorboard)
     RUN_DIR/checkpoint/        the latest checkpoint (backends/local/checkpoint.py: safetensors + JSON)
+    RUN_DIR/best/              with --keep-best: the policy of the best held-out evaluation (weights + best.json)
 """
 
 from __future__ import annotations
@@ -161,6 +162,10 @@ class RunDir:
         return self.path / "checkpoint"
 
     @property
+    def best_path(self) -> Path:
+        return self.path / "best"
+
+    @property
     def events_path(self) -> Path:
         return self.path / "events"
 
@@ -169,7 +174,8 @@ class RunDir:
         directory itself if nothing else is left in it."""
         for path in (self.config_path, self.metrics_path, self.episodes_path):
             path.unlink(missing_ok=True)
-        for path in (self.events_path, self.checkpoint_path, self.checkpoint_path.with_name("checkpoint.prev")):
+        for path in (self.events_path, self.checkpoint_path, self.checkpoint_path.with_name("checkpoint.prev"),
+                     self.best_path):
             shutil.rmtree(path, ignore_errors=True)
         try:
             self.path.rmdir()

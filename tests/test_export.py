@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from oat_dppo.backends.local.checkpoint import trained_weights
-from oat_dppo.backends.local.trainer import build_policy
-from oat_dppo.config import from_dict
+from oat_dppo.backends.local.checkpoint import best_weights, trained_weights
+from oat_dppo.backends.local.trainer import LocalTrainer, build_policy
+from oat_dppo.config import TrainConfig, from_dict
 from oat_dppo.export import main as export_main
 from oat_dppo.main import main
 from oat_dppo.rundir import RunDir, atomic_write_text
@@ -92,3 +92,53 @@ def test_run_and_export_files_get_the_mode_open_gives_under_the_umask(tmp_path, 
     (run_dir / "config.json").chmod(0o640)
     atomic_write_text(run_dir / "config.json", "{}")
     assert _mode(run_dir / "config.json") == "0o640"
+
+
+class ScriptedEvaluations(LocalTrainer):
+    """A real run whose held-out scores are scripted, with the trained weights at each evaluation recorded."""
+
+    SCORES = [0.25, 0.75, 0.5, 0.75]  # iterations -1, 0, 1, 2: the best (first of a tie) is iteration 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.weights_at: dict[int, dict[str, torch.Tensor]] = {}
+
+    def evaluate(self, iteration):
+        self.weights_at[iteration] = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        return {"eval/reward_mean": self.SCORES[iteration + 1], "eval/success_rate": 0.0}
+
+
+def test_keep_best_keeps_and_exports_the_policy_of_the_best_evaluation(tmp_path, capsys):
+    cfg = TrainConfig(model="tiny-qwen3", env="smoke:digits", engine="hf", iterations=3, episodes_per_iteration=4,
+                      learning_rate=1e-2, eval_every=1, eval_episodes=2, threads=1, progress=False, log="none",
+                      keep_best=True)
+    trainer = ScriptedEvaluations(cfg, tmp_path / "run")
+    assert trainer.run() == 0
+    assert "best held-out policy: iteration 0 (eval/reward_mean 0.750)" in capsys.readouterr().err
+    best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
+    assert (best["iteration"], best["value"]) == (0, 0.75)
+    kept = best_weights(tmp_path / "run" / "best")
+    for name, value in trainer.weights_at[0].items():
+        torch.testing.assert_close(kept[name], value, rtol=0, atol=0)
+    last = trained_weights(tmp_path / "run" / "checkpoint")
+    assert any((last[n] - v).abs().max() > 0 for n, v in kept.items())  # it is not the last policy
+    # export --best gives that policy; a run without --keep-best has none to give
+    assert export_main([str(tmp_path / "run"), str(tmp_path / "best_model"), "--best"]) == 0
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "best_model")
+    name = next(iter(kept))
+    torch.testing.assert_close(exported.state_dict()[name], kept[name])
+    (tmp_path / "run" / "best" / "best.json").unlink()
+    assert export_main([str(tmp_path / "run"), str(tmp_path / "none"), "--best"]) == 2
+    assert "no usable best policy" in capsys.readouterr().err
+
+
+def test_a_resumed_run_keeps_its_best_so_far(tmp_path):
+    cfg = TrainConfig(model="tiny-qwen3", env="smoke:digits", engine="hf", iterations=2, episodes_per_iteration=4,
+                      learning_rate=1e-2, eval_every=1, eval_episodes=2, threads=1, progress=False, log="none",
+                      keep_best=True, run_dir=str(tmp_path / "run"))
+    assert ScriptedEvaluations(cfg, tmp_path / "run").run() == 0  # scores 0.25, 0.75: iteration 0 kept
+    cfg.iterations, cfg.resume = 3, str(tmp_path / "run")
+    resumed = ScriptedEvaluations(cfg, tmp_path / "run", resume=True)
+    assert resumed.best["iteration"] == 0
+    assert resumed.run() == 0  # iteration 2 scores 0.75, a tie: the first stays
+    assert json.loads((tmp_path / "run" / "best" / "best.json").read_text())["iteration"] == 0

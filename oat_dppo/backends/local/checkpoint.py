@@ -10,6 +10,9 @@ One complete copy is kept at rest: a new checkpoint is written next to it, then 
 one survives as `checkpoint.prev` only until the swap is done (a crash in between leaves one of the
 two complete, and `load` falls back to it).
 
+`--keep-best` keeps a second directory, RUN_DIR/best/: the trained weights of the best held-out evaluation
+so far (`trainable.safetensors`) and `best.json` (its iteration, metric and value), no optimizer state.
+
 Checkpoints of oat_dppo 0.1 (`checkpoint/state.pt`, a pickle) are read with `torch.load(...,
 weights_only=True)` and only numpy's array type allowed besides tensors: a crafted file is refused
 before any of its code runs.
@@ -48,19 +51,14 @@ class Restored:
 
 def save(target: Path, *, iteration: int, model, optimizer: torch.optim.Optimizer) -> None:
     """Write the checkpoint of `iteration` into `target` (a directory), replacing any older one."""
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    trainable = {n: p.detach().to("cpu", copy=True).contiguous() for n, p in model.named_parameters()
-                 if p.requires_grad}
-    save_file(trainable, str(tmp / TRAINABLE))
+    tmp = _write_trainable(target, model)
     tensors, opt_json = _split_optimizer(optimizer.state_dict())
     tensors["rng/torch"] = torch.get_rng_state()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"rng/cuda/{i}"] = s
     save_file(tensors, str(tmp / TENSORS))
-    give_new_file_mode(tmp / TRAINABLE, tmp / TENSORS)  # save_file leaves 0600, not what open() gives
+    give_new_file_mode(tmp / TENSORS)
     py_version, py_state, py_gauss = random.getstate()
     np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
     state = {
@@ -72,6 +70,33 @@ def save(target: Path, *, iteration: int, model, optimizer: torch.optim.Optimize
     }
     (tmp / STATE).write_text(json.dumps(state))
     _swap_in(tmp, target)
+
+
+BEST = "best.json"
+
+
+def save_best(target: Path, *, iteration: int, model, metric: str, value: float) -> None:
+    """Write the trained weights of the policy evaluated at `iteration` into `target`, replacing the older best."""
+    tmp = _write_trainable(target, model)
+    (tmp / BEST).write_text(json.dumps({"format": FORMAT, "iteration": int(iteration), "metric": metric,
+                                        "value": float(value)}))
+    _swap_in(tmp, target)
+
+
+def read_best(target: Path) -> dict | None:
+    """`best.json` of a best-policy directory (`iteration`, `metric`, `value`), or None where there is none."""
+    for path in (target, target.with_name(target.name + ".prev")):  # a crashed save leaves the older one
+        if (path / BEST).is_file() and (path / TRAINABLE).is_file():
+            return {**json.loads((path / BEST).read_text()), "path": str(path)}
+    return None
+
+
+def best_weights(target: Path) -> dict[str, torch.Tensor]:
+    """The trained parameters of the best policy kept in `target` (for export)."""
+    best = read_best(target)
+    if best is None:
+        raise CheckpointError(f"{target}: no best policy (the run ran without --keep-best, or never evaluated)")
+    return load_file(str(Path(best["path"]) / TRAINABLE))
 
 
 def load(target: Path, *, model, optimizer: torch.optim.Optimizer) -> Restored:
@@ -109,6 +134,18 @@ def _newest(target: Path, read):
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def _write_trainable(target: Path, model) -> Path:
+    """A fresh scratch directory beside `target` holding the model's trained parameters (`_swap_in` it)."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    trainable = {n: p.detach().to("cpu", copy=True).contiguous() for n, p in model.named_parameters()
+                 if p.requires_grad}
+    save_file(trainable, str(tmp / TRAINABLE))
+    give_new_file_mode(tmp / TRAINABLE)  # save_file leaves 0600, not what open() gives
+    return tmp
 
 
 def _swap_in(tmp: Path, target: Path) -> None:

@@ -218,8 +218,10 @@ class LocalTrainer:
         )
         self.last_turns: list[Turn] = []
         self.start_iteration = 0
+        self.best: dict | None = None  # --keep-best: best.json of the policy kept so far
         if resume:
             self._load_checkpoint()
+            self.best = checkpoint.read_best(RunDir(self.run_dir_path, create=False).best_path)
         self.sync_engine(full=True)  # the engine loaded its weights from disk; the learner's may differ
         self.writer = None
         self._phase = "setup"
@@ -260,6 +262,18 @@ class LocalTrainer:
     def save_checkpoint(self, iteration: int) -> None:
         checkpoint.save(self.run_dir.checkpoint_path, iteration=iteration, model=self.model,
                         optimizer=self.learner.optimizer)
+
+    BEST_METRIC = "eval/reward_mean"  # what RL maximizes, on every env (success alone is rare on some)
+
+    def _keep_if_best(self, iteration: int, row: dict) -> None:
+        """--keep-best: keep the policy just evaluated if it beat every earlier evaluation of the run."""
+        value = row.get(self.BEST_METRIC)
+        if not self.cfg.keep_best or value is None or not math.isfinite(value):
+            return
+        if self.best is None or value > self.best["value"]:
+            checkpoint.save_best(self.run_dir.best_path, iteration=iteration, model=self.model,
+                                 metric=self.BEST_METRIC, value=value)
+            self.best = {"iteration": iteration, "metric": self.BEST_METRIC, "value": value}
 
     def _load_checkpoint(self) -> None:
         run_dir = RunDir(self.run_dir_path, create=False)
@@ -355,6 +369,7 @@ class LocalTrainer:
                     # the two leaves one metrics line ahead; --resume redoes that iteration and trims it.)
                     self._phase = "save"
                     self._emit(row)
+                    self._keep_if_best(iteration, row)
                     if (cfg.save_every and (iteration + 1) % cfg.save_every == 0) or iteration == cfg.iterations - 1 or self._stop_requested:
                         self.save_checkpoint(iteration)
                         last_saved = iteration
@@ -381,6 +396,10 @@ class LocalTrainer:
             shutil.rmtree(self.run_dir.checkpoint_path, ignore_errors=True)
         print(f"done: {cfg.iterations} iterations in {self.run_dir.path} "
               f"(plots: {python_command()} -m oat_dppo.plot {self.run_dir.path})", file=self.out)
+        if self.best is not None:
+            print(f"best held-out policy: iteration {self.best['iteration']} ({self.best['metric']} "
+                  f"{self.best['value']:.3f}) in {self.run_dir.best_path} (export it: {python_command()} -m "
+                  f"oat_dppo.export {self.run_dir.path} OUT_DIR --best)", file=self.out)
         return 0
 
     def _after_interruption(self, saved: int) -> None:
@@ -415,6 +434,7 @@ class LocalTrainer:
         if row:
             self._phase = "save"
             self._emit({"iteration": -1, **row})
+            self._keep_if_best(-1, row)
             if not self.cfg.warm_start:  # (a warm start saved it above)
                 # the evaluation is kept: a stop in iteration 0's rollout leaves a run that resumes at iteration 0
                 self.save_checkpoint(-1)

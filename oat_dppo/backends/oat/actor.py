@@ -165,8 +165,7 @@ class DPPOActor(PPOActor):
         the turns whose reply effect the learner scores (`DPPOLearner.evaluate`). vLLM's prompt log-probs would
         cost a whole prompt's forward per scored move (a 64-episode GuessTheNumber evaluation: over 30 minutes)."""
         args = self.args
-        seeds = [int(s) for s in seeds]
-        if not seeds:
+        if not (seeds := [int(s) for s in seeds]):
             return {"episodes": 0.0}, []
         episodes, _ = play_episodes(
             self.eval_engine, self._envs_for(len(seeds), for_eval=True), seeds, self.prompt,

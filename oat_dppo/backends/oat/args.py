@@ -50,6 +50,7 @@ LOCAL_ONLY: dict[str, tuple[bool, str]] = {
     "vllm_enforce_eager": (False, "Oat's vLLM always captures CUDA graphs"),
     "vllm_head_dtype": (True, "Oat 0.2.4's vLLM 0.8.4 has no head_dtype override"),
     "keep_checkpoint": (False, "Oat keeps its checkpoints by --save-steps / --max-save-num"),
+    "keep_best": (True, "the best evaluation's policy is kept on the local backend; Oat saves by --save-steps"),
     "lr_schedule": (True, "on Oat use --lr-scheduler and --lr-warmup-ratio"),
     "lr_warmup_iterations": (True, "on Oat use --lr-warmup-ratio"),
     "resume": (True, "Oat resumes DeepSpeed checkpoints with --resume-dir DIR"),

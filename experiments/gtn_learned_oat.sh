@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Issue 50 part 5: the learned GuessTheNumber recipe's RL on --backend oat, beside the local run.
+#
+# Oat's learner has no supervised phase, so the Oat run starts from a policy the local backend made: the
+# longer warm start's policy after its RL iteration 3 (runs/gtn_hidden_numbers/longer_warm_start_model, the
+# start of the no-credit control ARM=lws_shuffled too; experiments/gtn_hidden_numbers.sh says how it was
+# exported). The RL settings are the local run's: DPPO binary-TV, group_norm, 320 episodes an iteration in
+# groups of 8 as 4 optimizer steps of 80 whole episodes, lr 1e-4, top 6 layers, no partial credit, 256
+# held-out episodes (the same seeds as the local evaluations) before the first round and every 4 rounds.
+# Oat's program: 1 actor (vLLM 0.8.5) + 1 learner (DeepSpeed) on this CPU, float32.
+#
+#   bash experiments/gtn_learned_oat.sh     # OUT=runs/gtn_learned_oat; needs `make setup-oat`
+#
+# The local run over the same span (its iterations 4-11): held out 0.707/0.758 -> 0.809 -> 0.949.
+set -euo pipefail
+OUT="${OUT:-runs/gtn_learned_oat}"
+OAT_PY="${OAT_PYTHON:-.venv-oat/bin/python}"
+MODEL="${MODEL:-runs/gtn_hidden_numbers/longer_warm_start_model}"
+[ -f "$MODEL/config.json" ] || { echo "no $MODEL: run ARM=longer_warm_start of experiments/gtn_hidden_numbers.sh and its export first" >&2; exit 2; }
+OMP_NUM_THREADS=1 exec "$OAT_PY" -m oat_dppo.main --backend oat --env game:GuessTheNumber-v0-easy \
+  --env-option partial_credit=false --response-prefix '\boxed{' --model "$MODEL" --template chatml \
+  --trainable-layers 6 --max-new-tokens 6 --seed 0 --threads 1 --dtype float32 --gpus 2 \
+  --trust-region dppo_binary_tv --advantage group_norm --learning-rate 1e-4 \
+  --episodes-per-iteration 320 --group-size 8 --mini-batch-unit episodes --mini-batch-size 80 --micro-batch-size 8 \
+  --iterations "${ITERATIONS:-8}" --eval-episodes 256 --eval-every 4 --run-dir "$OUT/group_norm" "$@"
