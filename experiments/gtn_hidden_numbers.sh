@@ -101,7 +101,7 @@ case "$ARM" in
   lws_shuffled) OPTS=(--group-size 8 --advantage group_norm --shuffle-advantages) ;;
   lws7_batch_norm) OPTS=(--group-size 8 --advantage batch_norm) ;;
   longer_warm_start) OPTS=(--group-size 8 --advantage group_norm --warm-start demo:noisy_bisect --warm-start-episodes 1200
-                           --warm-start-steps 240 --warm-start-batch 16 --warm-start-lr 1e-4) ;;
+                           --warm-start-steps 240 --warm-start-batch 16 --warm-start-lr 1e-4 --keep-best) ;;
   *) echo "ARM: groups32, groups64, groups8, groups8_shuffled, steps1000[_lr3], steps1000[_lr3]_shuffled, steps1000_then_lr3, heldout_seed1, then_lr3_steps4 / then_lr3_step1, longer_warm_start, lws_gigpo, lws_shuffled or lws7_batch_norm"; exit 2 ;;
 esac
 LR=1e-4
@@ -112,7 +112,8 @@ case "$ARM" in steps1000*) SHAPE=(--episodes-per-iteration 320 --mini-batch-size
 SEED=0 EVAL_EPISODES=64 LOGGED=8 SAVE=4
 case "$ARM" in
   then_lr3_steps4|lws*) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
-  # longer_warm_start ran 12 iterations and was resumed to 16 (--resume ... --iterations 16): the same run as 16 at once
+  # longer_warm_start ran 12 iterations and was resumed to 16 (--resume ... --iterations 16): the same run as 16 at once;
+  # it ran before --keep-best, which keeps the policy of its best evaluation (0.949 after iteration 11) from now on
   longer_warm_start) SHAPE=(--episodes-per-iteration 320 --mini-batch-unit episodes --mini-batch-size 80 --iterations 16 --eval-every 4); EVAL_EPISODES=256 ;;
   then_lr3_step1) SHAPE=(--episodes-per-iteration 320 --mini-batch-size 4096 --iterations 12 --eval-every 4); EVAL_EPISODES=256 ;;
 esac

@@ -11,6 +11,7 @@
 #    binary-TV (group_norm, 320 episodes in groups of 8 an iteration, 4 optimizer steps of 80 whole episodes,
 #    lr 1e-4, no partial credit), held out every 4 iterations.
 #
+# --keep-best keeps the policy of the best held-out evaluation in $RUN/best/ (python -m oat_dppo.export $RUN OUT --best).
 # Measured (docs/warm_start.md): held out 0.676 before RL, 0.707 / 0.809 / 0.949 / 0.875 after iterations 3 / 7 / 11
 # / 15; the reply effect 0.54 -> 0.93. Record: docs/results/gtn_hidden_numbers/longer_warm_start/.
 set -euo pipefail
@@ -18,7 +19,7 @@ PY="${PYTHON:-.venv/bin/python}"
 RUN=runs/gtn_hidden_numbers/longer_warm_start
 WARM_ONLY=1 OUT=runs/oat_recipe bash experiments/gtn_warm_start_oat.sh
 if [ -d "$RUN/checkpoint" ]; then  # a stopped run goes on from its last checkpoint
-  OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --resume "$RUN" --iterations 16 --threads 1 --no-progress
+  OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --resume "$RUN" --iterations 16 --threads 1 --no-progress --keep-best
 else
   ARM=longer_warm_start bash experiments/gtn_hidden_numbers.sh
 fi
