@@ -119,7 +119,7 @@ case "$ARM" in
 esac
 case "$ARM" in heldout_seed1) SHAPE=(--episodes-per-iteration 8 --iterations 1 --eval-every 1); SEED=1 EVAL_EPISODES=128 LOGGED=0 SAVE=0 ;; esac
 OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --env game:GuessTheNumber-v0-easy --env-option partial_credit=false \
-  --response-prefix '\boxed{' --max-new-tokens 6 --trainable-layers 6 --model "$MODEL" --template chatml \
+  --response-prefix '\boxed{' --max-new-tokens 6 --trainable-layers 6 --model "$MODEL" --template "${TEMPLATE:-chatml}" \
   --trust-region dppo_binary_tv "${SHAPE[@]}" "${OPTS[@]}" --num-ppo-epochs 1 \
   --learning-rate "$LR" --micro-batch-size 8 \
   --eval-episodes "$EVAL_EPISODES" --seed "$SEED" --threads 1 --log-episodes "$LOGGED" --no-progress \

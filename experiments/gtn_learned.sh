@@ -2,6 +2,7 @@
 # Issue 50 part 3: GuessTheNumber-easy learned by SmolLM2-135M-Instruct, warm start then DPPO, from the instruct model.
 #
 #   bash experiments/gtn_learned.sh     # ~3.5 h on 2 cores beside another run; stop with Ctrl-C, run again to resume
+#   BASE=gemma3-270m bash experiments/gtn_learned.sh   # the same chain from Gemma-3-270M base (make setup-gemma first)
 #
 # 1. The warm start: 160 supervised steps of 8 turns (lr 2e-4, top 6 layers) imitating demo:noisy_bisect, a player
 #    that reads every hint and bisects one time in four (wins 0.83 as played; the optimal bisector wins every game),
@@ -16,10 +17,16 @@
 # / 15; the reply effect 0.54 -> 0.93. Record: docs/results/gtn_hidden_numbers/longer_warm_start/.
 set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
-RUN=runs/gtn_hidden_numbers/longer_warm_start
-WARM_ONLY=1 OUT=runs/oat_recipe bash experiments/gtn_warm_start_oat.sh
+BASE="${BASE:-smollm2}"
+case "$BASE" in  # where each model's chain lives, and its template (a base model's is raw)
+  smollm2) WARM=runs/oat_recipe OUT=runs/gtn_hidden_numbers TEMPLATE=chatml ;;
+  gemma3-270m) WARM=runs/gemma_recipe OUT=runs/gtn_learned_gemma TEMPLATE=raw ;;
+  *) echo "BASE: smollm2 or gemma3-270m" >&2; exit 2 ;;
+esac
+RUN="$OUT/longer_warm_start"
+WARM_ONLY=1 OUT="$WARM" BASE_MODEL="$BASE" bash experiments/gtn_warm_start_oat.sh
 if [ -d "$RUN/checkpoint" ]; then  # a stopped run goes on from its last checkpoint
   OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --resume "$RUN" --iterations 16 --threads 1 --no-progress --keep-best
 else
-  ARM=longer_warm_start bash experiments/gtn_hidden_numbers.sh
+  ARM=longer_warm_start MODEL="$WARM/model" OUT="$OUT" TEMPLATE="$TEMPLATE" bash experiments/gtn_hidden_numbers.sh
 fi

@@ -9,13 +9,14 @@
 #
 #   bash experiments/gtn_warm_start_oat.sh            # OUT=runs/oat_recipe; ~25 min + ~4 min a round here
 #   WARM_ONLY=1 bash experiments/gtn_warm_start_oat.sh  # the warm start and its export only
+#   (BASE_MODEL=gemma3-270m: the warm start of another model, for experiments/gtn_learned.sh)
 set -euo pipefail
 OUT="${OUT:-runs/oat_recipe}"
 PY="${PYTHON:-.venv/bin/python}"
 OAT_PY="${OAT_PYTHON:-.venv-oat/bin/python}"
 COMMON=(--env game:GuessTheNumber-v0-easy --response-prefix '\boxed{'
         --trainable-layers 6 --max-new-tokens 6 --seed 0 --threads 1)
-[ -d "$OUT/warm_start/checkpoint" ] || "$PY" -m oat_dppo.main "${COMMON[@]}" --model smollm2 --engine hf \
+[ -d "$OUT/warm_start/checkpoint" ] || "$PY" -m oat_dppo.main "${COMMON[@]}" --model "${BASE_MODEL:-smollm2}" --engine hf \
   --warm-start demo:noisy_bisect --warm-start-episodes 600 --warm-start-steps 160 --warm-start-batch 8 \
   --warm-start-lr 2e-4 --iterations 0 --eval-every 0 --no-progress --log none --run-dir "$OUT/warm_start"
 [ -f "$OUT/model/config.json" ] || "$PY" -m oat_dppo.export "$OUT/warm_start" "$OUT/model"
