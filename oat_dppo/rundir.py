@@ -199,17 +199,21 @@ class RunDir:
     def log_metrics(self, row: dict) -> None:
         self.append_jsonl(self.metrics_path, [row])
 
+    def truncate_jsonl(self, path: Path, keep) -> None:
+        """Keep the lines of a JSONL file whose row `keep(row)` accepts (unreadable lines are dropped)."""
+        if not path.exists():
+            return
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                if keep(json.loads(line)):
+                    kept.append(line)
+            except json.JSONDecodeError:
+                continue
+        atomic_write_text(path, "".join(k + "\n" for k in kept))
+
     def truncate_metrics(self, last_iteration: int) -> None:
         """Drop metric lines after `last_iteration` (written after the checkpoint a resume starts
         from), so the file reads as one uninterrupted run."""
         for path in (self.metrics_path, self.episodes_path):
-            if not path.exists():
-                continue
-            kept = []
-            for line in path.read_text().splitlines():
-                try:
-                    if json.loads(line).get("iteration", -1) <= last_iteration:
-                        kept.append(line)
-                except json.JSONDecodeError:
-                    continue
-            atomic_write_text(path, "".join(k + "\n" for k in kept))
+            self.truncate_jsonl(path, lambda row: row.get("iteration", -1) <= last_iteration)

@@ -10,14 +10,16 @@ Small models rarely learn a multi-turn game from RL alone; the recipes that work
    agent's tokens only, with the RL learner's packing and micro-batches and the objective
    `learner.supervised.NegativeLogLikelihood` (its own AdamW at `--warm-start-lr`).
 
-The trainer then saves a checkpoint (an interruption after it keeps the warm start), evaluates once before
-the first RL update, and RL continues from there in the same run.
+The trainer saves a checkpoint every `WARM_START_SAVE_EVERY` steps (iteration `IN_PROGRESS`, with the `Progress`:
+a stopped warm start resumes at its last saved step), and one when the warm start is done (an interruption after
+it keeps the warm start), evaluates once before the first RL update, and RL continues from there in the same run.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from oat_dppo.agent import Episode, PromptFormat, play_episodes
@@ -62,32 +64,56 @@ def collect(cfg: TrainConfig, *, engine, envs: Sequence, prompt: PromptFormat, m
     return (successful(played) if source == "self" else [e for e in played if e.error is None]), scored
 
 
-def supervise(model, episodes: Sequence[Episode], cfg: TrainConfig, *, pad_id: int, device,
-              on_step: Callable[[dict], None] = lambda row: None) -> dict[str, float]:
-    """`cfg.warm_start_steps` supervised steps on the turns of `episodes` (shuffled, an epoch at a time);
-    `on_step(row)` after each. Returns the summary the run logs."""
+#: The checkpoint iteration of a warm start in progress (-1 is the finished warm start / the policy before RL).
+IN_PROGRESS = -2
+
+
+@dataclass
+class Progress:
+    """Where a warm start stands after `step` supervised steps: saved with its checkpoint, so a stopped warm
+    start goes on where it was (the same turns next, the same shuffle) rather than from its first step."""
+
+    step: int = 0
+    order: list[int] = field(default_factory=list)  # indices of the turns drawn next
+    rng: list | None = None  # the shuffling random.Random's getstate(), as JSON
+    nll: list[float] = field(default_factory=list)  # every step's NLL so far (the summary's first and last)
+
+
+def warm_learner(model, cfg: TrainConfig, *, pad_id: int, device) -> Learner:
+    """The supervised learner: the RL learner's packing and micro-batches, `NegativeLogLikelihood`, its own AdamW."""
+    return Learner(model, NegativeLogLikelihood(), LearnerConfig(
+        learning_rate=cfg.warm_start_lr, mini_batch_size=cfg.warm_start_batch, micro_batch_size=cfg.micro_batch_size,
+        logits_chunk_tokens=cfg.logits_chunk_tokens, max_grad_norm=cfg.max_grad_norm, aggregation="token_mean"),
+        pad_id=pad_id, device=device)
+
+
+def supervise(learner: Learner, episodes: Sequence[Episode], cfg: TrainConfig, *,
+              on_step: Callable[[dict, Progress], None] = lambda row, progress: None,
+              progress: Progress | None = None) -> dict[str, float]:
+    """`cfg.warm_start_steps` supervised steps on the turns of `episodes` (shuffled, an epoch at a time), from
+    `progress` (a resumed warm start) or the first; `on_step(row, progress)` after each. Returns the summary."""
     turns = [(i, t) for i, e in enumerate(episodes) for t in e.turns if t.response_ids]
     if not turns:
         hint = (f"the model succeeded in none of the {cfg.warm_start_episodes} episodes it played; use demo:NAME or a "
                 "file, or raise --warm-start-episodes" if cfg.warm_start == "self" else f"{len(episodes)} episodes")
         raise ConfigError(f"--warm-start {cfg.warm_start}: no demonstrated turn to learn from ({hint})")
-    learner = Learner(model, NegativeLogLikelihood(), LearnerConfig(
-        learning_rate=cfg.warm_start_lr, mini_batch_size=cfg.warm_start_batch, micro_batch_size=cfg.micro_batch_size,
-        logits_chunk_tokens=cfg.logits_chunk_tokens, max_grad_norm=cfg.max_grad_norm, aggregation="token_mean"),
-        pad_id=pad_id, device=device)
     rng = random.Random(derive_seed(cfg.seed, "warm-start-shuffle"))
-    order: list[int] = []
-    nll = []
-    for step in range(cfg.warm_start_steps):
-        while len(order) < cfg.warm_start_batch:
+    state = progress or Progress()
+    if state.rng is not None:
+        rng.setstate((state.rng[0], tuple(state.rng[1]), state.rng[2]))
+    for step in range(state.step, cfg.warm_start_steps):
+        while len(state.order) < cfg.warm_start_batch:
             epoch = list(range(len(turns)))
             rng.shuffle(epoch)
-            order += epoch
-        pick, order = order[: cfg.warm_start_batch], order[cfg.warm_start_batch:]
+            state.order += epoch
+        pick, state.order = state.order[: cfg.warm_start_batch], state.order[cfg.warm_start_batch:]
         out = learner.update([turns[i][1] for i in pick], rng, [turns[i][0] for i in pick])
-        nll.append(out.get("nll", math.nan))
-        on_step({"step": step, "nll": nll[-1], "grad_norm": out.get("grad_norm", math.nan),
-                 "tokens": out.get("train_tokens", 0.0), "seconds": out.get("train_seconds", 0.0)})
+        version, internal, gauss = rng.getstate()
+        state.step, state.rng = step + 1, [version, list(internal), gauss]
+        state.nll.append(out.get("nll", math.nan))
+        on_step({"step": step, "nll": state.nll[-1], "grad_norm": out.get("grad_norm", math.nan),
+                 "tokens": out.get("train_tokens", 0.0), "seconds": out.get("train_seconds", 0.0)}, state)
+    nll = state.nll
     first, last = nll[: max(1, len(nll) // 10)], nll[-max(1, len(nll) // 10):]
     return {"episodes": float(len(episodes)), "turns": float(len(turns)), "steps": float(len(nll)),
             "nll_first": sum(first) / len(first), "nll_last": sum(last) / len(last)}

@@ -16,9 +16,12 @@ from oat_dppo.envs.registry import make_env
 from oat_dppo.learner.batch import collate
 from oat_dppo.learner.step import trust_region_loss
 from oat_dppo.learner.supervised import NegativeLogLikelihood
+from oat_dppo.backends.local.checkpoint import trained_weights
+from oat_dppo.backends.local.trainer import LocalTrainer
 from oat_dppo.main import main
+from oat_dppo.main import parse as parse_train_config
 from oat_dppo.models import load_policy
-from oat_dppo.warm_start import end_of_turn_ids, supervise
+from oat_dppo.warm_start import end_of_turn_ids, supervise, warm_learner
 
 GTN = "game:GuessTheNumber-v0-easy"
 
@@ -133,7 +136,8 @@ def test_supervised_steps_lower_the_nll(tiny):
     episodes = play("bisect", GTN, tok, 8)
     rows = []
     cfg = TrainConfig(env=GTN, warm_start="demo:bisect", warm_start_steps=30, warm_start_lr=1e-3, micro_batch_size=4)
-    summary = supervise(model, episodes, cfg, pad_id=tok.pad_token_id or 0, device="cpu", on_step=rows.append)
+    learner = warm_learner(model, cfg, pad_id=tok.pad_token_id or 0, device="cpu")
+    summary = supervise(learner, episodes, cfg, on_step=lambda row, progress: rows.append(row))
     assert [r["step"] for r in rows] == list(range(30))
     assert summary["nll_last"] < 0.5 * summary["nll_first"]
 
@@ -242,3 +246,35 @@ def test_no_episode_is_sampled_with_the_same_request_seed_at_two_turns(tiny):
             per_episode[i].append(s)
     assert all(len(set(s)) == len(s) for s in per_episode.values()), per_episode
     assert len({s for call in seen for s in call}) == sum(lengths)  # and no two requests share one at all
+
+
+class StoppedAfterFirstWarmStartCheckpoint(LocalTrainer):
+    """Ctrl-C right after the warm start's first checkpoint (step 20 of 30)."""
+
+    def _save_warm_start(self, progress):
+        super()._save_warm_start(progress)
+        raise KeyboardInterrupt
+
+
+def test_a_stopped_warm_start_resumes_at_its_last_checkpoint_and_ends_as_an_unbroken_one(tmp_path, capsys):
+    argv = [*TINY, "--iterations", "0", "--eval-every", "1", "--eval-episodes", "2", "--warm-start", "demo:bisect",
+            "--warm-start-episodes", "4", "--warm-start-steps", "30", "--warm-start-lr", "1e-3"]
+    assert main([*argv, "--run-dir", str(tmp_path / "whole")]) == 0
+    cfg = parse_train_config([*argv, "--run-dir", str(tmp_path / "stopped")])
+    assert StoppedAfterFirstWarmStartCheckpoint(cfg, tmp_path / "stopped").run() == 130
+    assert "the warm start's first 20 of 30 supervised steps saved" in capsys.readouterr().err
+    assert not (tmp_path / "stopped" / "metrics.jsonl").exists()  # no evaluation yet
+    assert main(["--resume", str(tmp_path / "stopped")]) == 0
+    assert "warm start: resumed after step 20" in capsys.readouterr().err
+
+    def steps(run):
+        return [json.loads(line) for line in (run / "warm_start.jsonl").read_text().splitlines()]
+
+    whole, stopped = steps(tmp_path / "whole"), steps(tmp_path / "stopped")
+    assert [r["step"] for r in stopped] == list(range(30))
+    assert [r["nll"] for r in stopped] == pytest.approx([r["nll"] for r in whole], rel=1e-6)
+    a, b = (trained_weights(tmp_path / run / "checkpoint") for run in ("whole", "stopped"))
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-6, atol=1e-7)
+    rows = [json.loads(line) for line in (tmp_path / "stopped" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [-1] and rows[0]["warm_start/steps"] == 30

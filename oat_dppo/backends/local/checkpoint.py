@@ -47,10 +47,12 @@ class CheckpointError(RuntimeError):
 class Restored:
     iteration: int  # the last completed iteration
     path: Path
+    extra: dict  # what the trainer saved besides (a warm start's progress)
 
 
-def save(target: Path, *, iteration: int, model, optimizer: torch.optim.Optimizer) -> None:
-    """Write the checkpoint of `iteration` into `target` (a directory), replacing any older one."""
+def save(target: Path, *, iteration: int, model, optimizer: torch.optim.Optimizer, extra: dict | None = None) -> None:
+    """Write the checkpoint of `iteration` into `target` (a directory), replacing any older one; `extra`: JSON
+    the trainer gets back from `load`."""
     tmp = _write_trainable(target, model)
     tensors, opt_json = _split_optimizer(optimizer.state_dict())
     tensors["rng/torch"] = torch.get_rng_state()
@@ -65,6 +67,7 @@ def save(target: Path, *, iteration: int, model, optimizer: torch.optim.Optimize
         "format": FORMAT,
         "iteration": int(iteration),
         "optimizer": opt_json,
+        "extra": extra or {},
         "rng": {"python": [py_version, list(py_state), py_gauss],
                 "numpy": [np_name, np_keys.tolist(), int(np_pos), int(np_has_gauss), float(np_gauss)]},
     }
@@ -210,7 +213,7 @@ def _load_current(path: Path, model, optimizer) -> Restored:
     random.setstate((version, tuple(py_state), gauss))
     name, keys, pos, has_gauss, np_gauss = state["rng"]["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, np_gauss))
-    return Restored(int(state["iteration"]), path)
+    return Restored(int(state["iteration"]), path, state.get("extra", {}))
 
 
 def _load_legacy(path: Path, model, optimizer) -> Restored:
@@ -219,7 +222,7 @@ def _load_legacy(path: Path, model, optimizer) -> Restored:
     torch.set_rng_state(state["rng"]["torch"])
     random.setstate(state["rng"]["python"])
     np.random.set_state(state["rng"]["numpy"])
-    return Restored(int(state["iteration"]), path)
+    return Restored(int(state["iteration"]), path, {})
 
 
 def _read_legacy(path: Path) -> dict:

@@ -8,6 +8,7 @@ and learner loop run inside the Oat backend.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import shutil
@@ -50,7 +51,7 @@ from oat_dppo.models import (
     policy_weights,
 )
 from oat_dppo.provenance import provenance
-from oat_dppo.rundir import RunDir, RunDirError, checkpoint_exists
+from oat_dppo.rundir import RunDir, RunDirError, checkpoint_exists, checkpoint_iteration
 from oat_dppo.seeds import derive_seed, episode_seeds, eval_seeds
 from oat_dppo.stopping import StopSignals, say, stop_status
 from oat_dppo.threads import choose_threads
@@ -219,6 +220,9 @@ class LocalTrainer:
         self.last_turns: list[Turn] = []
         self.start_iteration = 0
         self.best: dict | None = None  # --keep-best: best.json of the policy kept so far
+        self.warm_progress: warm.Progress | None = None  # a resumed warm start's (None: none in progress)
+        self.warm_learner = (warm.warm_learner(self.model, cfg, pad_id=pad_token_id(self.tokenizer), device=self.device)
+                             if cfg.warm_start else None)
         if resume:
             self._load_checkpoint()
             self.best = checkpoint.read_best(RunDir(self.run_dir_path, create=False).best_path)
@@ -234,7 +238,7 @@ class LocalTrainer:
     def finished(self) -> bool:
         """Every iteration of --iterations is done (a resumed run with nothing left to do; a new run with
         --iterations 0 still takes its warm start)."""
-        return bool(self.resume) and self.start_iteration >= self.cfg.iterations
+        return bool(self.resume) and self.start_iteration >= self.cfg.iterations and self.warm_progress is None
 
     def effective_config(self) -> dict:
         """The run's configuration with every default resolved to the value in use (trust-region
@@ -277,15 +281,19 @@ class LocalTrainer:
 
     def _load_checkpoint(self) -> None:
         run_dir = RunDir(self.run_dir_path, create=False)
+        in_warm_start = checkpoint_iteration(run_dir.checkpoint_path) == warm.IN_PROGRESS
+        optimizer = (self.warm_learner if in_warm_start and self.warm_learner else self.learner).optimizer
         try:
-            restored = checkpoint.load(run_dir.checkpoint_path, model=self.model, optimizer=self.learner.optimizer)
+            restored = checkpoint.load(run_dir.checkpoint_path, model=self.model, optimizer=optimizer)
         except checkpoint.CheckpointError as e:
             raise RunDirError(f"cannot resume from {run_dir.path}: no usable checkpoint ({e}). Start a new run, "
                               "or point --resume at a run that saved one.") from None
         if restored.path != run_dir.checkpoint_path:
             print(f"warning: {run_dir.checkpoint_path} is unusable; resumed from {restored.path}", file=self.out)
-        self.start_iteration = restored.iteration + 1
+        self.start_iteration = max(0, restored.iteration + 1)
         self._resumed_from = restored.iteration
+        if restored.iteration == warm.IN_PROGRESS:  # the warm start goes on from its last saved step
+            self.warm_progress = warm.Progress(**restored.extra["warm_start"])
 
     # -- logging -----------------------------------------------------------------------------------
     def _make_writer(self):
@@ -355,7 +363,7 @@ class LocalTrainer:
                 if self.run_dir is None:
                     self.run_dir = self._open_run_dir()
                 self.writer = self._make_writer()
-                if self.start_iteration == 0 and not self.resume:
+                if (self.start_iteration == 0 and not self.resume) or self.warm_progress is not None:
                     self._before_first_update()
                 bar = self._progress_bar()
                 t_run = time.perf_counter()
@@ -416,7 +424,13 @@ class LocalTrainer:
             say(f"\ninterrupted before the first checkpoint: nothing was saved, and {self.run_dir.path} "
                   "was removed", self.out)
         else:
-            say(f"\ninterrupted: {saved} of {self.cfg.iterations} iterations saved in {self.run_dir.path}\n"
+            at = checkpoint_iteration(self.run_dir.checkpoint_path)
+            if at == warm.IN_PROGRESS:  # (saved counts RL iterations: none yet)
+                saved_what = (f"the warm start's first {self.warm_saved_steps} of {self.cfg.warm_start_steps} "
+                              "supervised steps")
+            else:
+                saved_what = f"{saved} of {self.cfg.iterations} iterations"
+            say(f"\ninterrupted: {saved_what} saved in {self.run_dir.path}\n"
                   f"resume with: {python_command()} -m oat_dppo.main --resume {self.run_dir.path}", self.out)
 
     def _before_first_update(self) -> None:
@@ -424,7 +438,7 @@ class LocalTrainer:
         (each curve starts where its model started); either is saved as the checkpoint before iteration 0."""
         row = {}
         if self.cfg.warm_start:
-            self._phase = "rollout"  # a stop here ends at once: nothing is saved yet
+            self._phase = "rollout"  # a stop here ends at once: the last warm-start checkpoint (if any) stands
             row.update(self.warm_start())
             self.sync_engine(full=True)
             self._phase = "save"
@@ -449,22 +463,41 @@ class LocalTrainer:
               f"as played), {cfg.warm_start_steps} supervised steps of {cfg.warm_start_batch} turns", file=self.out,
               flush=True)
         path = self.run_dir.path / "warm_start.jsonl"
+        progress, self.warm_progress = self.warm_progress, None
+        if progress is not None:  # resumed: the steps after the last saved one are taken again
+            self.run_dir.truncate_jsonl(path, lambda row: row["step"] < progress.step)
+            print(f"warm start: resumed after step {progress.step}", file=self.out, flush=True)
         recent: list[float] = []
 
-        def on_step(row: dict) -> None:
+        def on_step(row: dict, now: warm.Progress) -> None:
             self.run_dir.append_jsonl(path, [row])
             recent.append(row["nll"])
-            if (row["step"] + 1) % 10 == 0 or row["step"] + 1 == cfg.warm_start_steps:
-                print(f"warm start: step {row['step'] + 1}/{cfg.warm_start_steps}, nll {np.mean(recent):.3f} (mean of "
+            if now.step % 10 == 0 or now.step == cfg.warm_start_steps:
+                print(f"warm start: step {now.step}/{cfg.warm_start_steps}, nll {np.mean(recent):.3f} (mean of "
                       f"the last {len(recent)} steps)", file=self.out, flush=True)
                 recent.clear()
+            # (`self` plays its demonstrations with the model in training: a resume could not play them again)
+            if now.step % self.WARM_START_SAVE_EVERY == 0 and now.step < cfg.warm_start_steps and cfg.warm_start != "self":
+                self._save_warm_start(now)
 
-        summary = warm.supervise(self.model, demos, cfg, pad_id=pad_token_id(self.tokenizer), device=self.device,
-                                 on_step=on_step)
+        summary = warm.supervise(self.warm_learner, demos, cfg, on_step=on_step, progress=progress)
         out = {f"warm_start/{k}": v for k, v in summary.items()}
         out.update({f"warm_start/demo_{k}": scored[k] for k in ("success_rate", "reward_mean") if k in scored})
         out["time/warm_start_s"] = time.perf_counter() - t0
         return out
+
+    WARM_START_SAVE_EVERY = 20  # supervised steps between a warm start's checkpoints (what a stop can lose)
+    warm_saved_steps = 0
+
+    def _save_warm_start(self, progress: warm.Progress) -> None:
+        """A checkpoint of the warm start in progress; a stop during the save lands after it."""
+        self._phase = "save"
+        checkpoint.save(self.run_dir.checkpoint_path, iteration=warm.IN_PROGRESS, model=self.model,
+                        optimizer=self.warm_learner.optimizer, extra={"warm_start": dataclasses.asdict(progress)})
+        self.warm_saved_steps = progress.step
+        self._phase = "rollout"
+        if self._stop_requested:
+            raise Interrupted("signal")
 
     def train_iteration(self, iteration: int) -> dict:
         cfg = self.cfg
