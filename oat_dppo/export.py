@@ -51,7 +51,7 @@ def export(run_dir: str | Path, out_dir: str | Path, *, dtype: str = "auto", ove
 
     from oat_dppo.backends.local.checkpoint import CheckpointError, best_weights, trained_weights
     from oat_dppo.backends.local.trainer import build_policy
-    from oat_dppo.models.common import save_tokenizer
+    from oat_dppo.models.common import save_config_for_both, save_tokenizer
 
     run = RunDir(run_dir, create=False)
     out = Path(out_dir).expanduser()
@@ -75,7 +75,8 @@ def export(run_dir: str | Path, out_dir: str | Path, *, dtype: str = "auto", ove
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     give_new_file_mode(*out.glob("*.safetensors"))  # safetensors leaves 0600, not what open() gives
-    save_tokenizer(tokenizer, out)  # loadable by transformers 4 (Oat) and 5
+    save_config_for_both(out)  # config and tokenizer loadable by transformers 4 (Oat) and 5
+    save_tokenizer(tokenizer, out)
     return out
 
 

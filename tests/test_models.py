@@ -152,6 +152,31 @@ def test_saved_tokenizer_loads_back_on_any_transformers(tmp_path, name):
     )
 
 
+# config.json as transformers 5.x's save_pretrained writes RoPE (SmolLM2's values; Gemma 3's per attention type)
+ROPE_5X = {
+    "llama": {"rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"}},
+    "gemma3_text": {"rope_parameters": {"full_attention": {"rope_theta": 1000000.0, "rope_type": "default"},
+                                        "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}},
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(ROPE_5X))
+def test_a_saved_config_reads_the_same_rope_on_any_transformers(tmp_path, model_type):
+    """An exported model's config.json (written by 5.x) read by Oat's 4.x: without the 4.x keys it took the
+    class default (Llama: rope_theta 10000 where SmolLM2's is 100000). This suite runs on both stacks."""
+    import transformers
+    from transformers import AutoConfig
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, **ROPE_5X[model_type]}))
+    common.save_config_for_both(tmp_path)
+    cfg = AutoConfig.from_pretrained(tmp_path)
+    if int(transformers.__version__.split(".")[0]) >= 5:  # its own keys, unchanged
+        assert cfg.rope_parameters == ROPE_5X[model_type]["rope_parameters"]
+    else:  # 4.x
+        assert cfg.rope_theta == (100000.0 if model_type == "llama" else 1000000.0)
+        assert getattr(cfg, "rope_local_base_freq", 10000.0) == 10000.0 and cfg.rope_scaling is None
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.text(max_size=60))
 def test_tiny_tokenizer_round_trips_any_text(text):

@@ -50,6 +50,32 @@ def in_hf_cache(repo_id: str) -> bool:
     return isinstance(hit, str)
 
 
+def save_config_for_both(out: Path) -> None:
+    """Make the config.json `save_pretrained` wrote under transformers 5.x read the same under 4.x.
+
+    5.x writes RoPE as `rope_parameters` (`{"rope_theta": ..., "rope_type": ...}`, or one such dict per
+    attention type: Gemma 3's `full_attention` / `sliding_attention`); 4.x reads `rope_theta`, `rope_scaling`
+    and `rope_local_base_freq`, and where they are missing silently takes its class default: a SmolLM2
+    exported for an Oat run (Oat's stack is 4.51) ran with Llama's 10000 instead of its 100000, and played
+    GuessTheNumber at 0.47 where the same weights win 0.71-0.76 (docs/oat.md). The 4.x keys are added beside
+    the 5.x ones, which 5.x keeps reading."""
+    path = out / "config.json"
+    cfg = json.loads(path.read_text())
+    for section in (cfg, cfg.get("text_config")):
+        if not isinstance(section, dict) or not isinstance(section.get("rope_parameters"), dict):
+            continue
+        rope = section["rope_parameters"]
+        if "full_attention" in rope:  # per attention type
+            if "rope_theta" in rope.get("sliding_attention", {}):
+                section.setdefault("rope_local_base_freq", rope["sliding_attention"]["rope_theta"])
+            rope = rope["full_attention"]
+        if "rope_theta" in rope:
+            section.setdefault("rope_theta", rope["rope_theta"])
+        if rope.get("rope_type", "default") != "default":
+            section.setdefault("rope_scaling", {k: v for k, v in rope.items() if k != "rope_theta"})
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
 def save_tokenizer(tok, out: Path) -> None:
     """`tok.save_pretrained(out)` in the layout transformers 4.x and 5.x both load.
 

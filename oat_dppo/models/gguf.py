@@ -20,7 +20,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from oat_dppo.models.common import DTYPE_KW, save_tokenizer
+from oat_dppo.models.common import DTYPE_KW, save_config_for_both, save_tokenizer
 
 MARKER = "oat_dppo_materialized.json"
 #: One directory per transformers generation: 5.x saves rotary settings as `rope_parameters`, which 4.x
@@ -104,6 +104,7 @@ def convert(gguf: Path, out: Path, *, tokenizer: Callable, hub_id: str, marker: 
         setattr(clean.config, key, getattr(tok, key))
         setattr(clean.generation_config, key, getattr(tok, key))
     clean.save_pretrained(str(out))
+    save_config_for_both(out)
     save_tokenizer(tok, out)
     (out / MARKER).write_text(json.dumps(marker))
     # mkdtemp makes a private (0700) dir; a cache others may read should get ordinary permissions.

@@ -68,5 +68,6 @@ def engine_model_source(name: str, model, tokenizer, scratch: str | os.PathLike)
     out = Path(scratch) / key
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     base.save_pretrained(out)
-    common.save_tokenizer(tokenizer, out)  # loadable by transformers 4 (Oat) and 5
+    common.save_config_for_both(out)  # config and tokenizer loadable by transformers 4 (Oat) and 5
+    common.save_tokenizer(tokenizer, out)
     return str(out)
