@@ -34,7 +34,7 @@ def test_export_loads_with_transformers_and_computes_the_trained_policy(tmp_path
     assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast"
     assert not isinstance(tokenizer_config.get("extra_special_tokens"), list)
     config = json.loads((out / "config.json").read_text())  # and its RoPE base (4.x reads only rope_theta)
-    assert config["rope_theta"] == config["rope_parameters"]["rope_theta"]
+    assert config["rope_theta"] == config.get("rope_parameters", config)["rope_theta"]
     # The trained policy, rebuilt from the run (LoRA adapters unmerged), computes the same logits.
     cfg = from_dict(RunDir(run_dir, create=False).read_config())
     trained, tok = build_policy(cfg, torch.device("cpu"))
