@@ -221,6 +221,7 @@ class LocalTrainer:
         self.start_iteration = 0
         self.best: dict | None = None  # --keep-best: best.json of the policy kept so far
         self.warm_progress: warm.Progress | None = None  # a resumed warm start's (None: none in progress)
+        self.warm_saved_steps = 0  # the supervised steps the newest warm-start checkpoint holds
         self.warm_learner = (warm.warm_learner(self.model, cfg, pad_id=pad_token_id(self.tokenizer), device=self.device)
                              if cfg.warm_start else None)
         if resume:
@@ -294,6 +295,7 @@ class LocalTrainer:
         self._resumed_from = restored.iteration
         if restored.iteration == warm.IN_PROGRESS:  # the warm start goes on from its last saved step
             self.warm_progress = warm.Progress(**restored.extra["warm_start"])
+            self.warm_saved_steps = self.warm_progress.step
 
     # -- logging -----------------------------------------------------------------------------------
     def _make_writer(self):
@@ -487,7 +489,6 @@ class LocalTrainer:
         return out
 
     WARM_START_SAVE_EVERY = 20  # supervised steps between a warm start's checkpoints (what a stop can lose)
-    warm_saved_steps = 0
 
     def _save_warm_start(self, progress: warm.Progress) -> None:
         """A checkpoint of the warm start in progress; a stop during the save lands after it."""
