@@ -222,8 +222,7 @@ class LocalTrainer:
         self.best: dict | None = None  # --keep-best: best.json of the policy kept so far
         self.warm_progress: warm.Progress | None = None  # a resumed warm start's (None: none in progress)
         self.warm_saved_steps = 0  # the supervised steps the newest warm-start checkpoint holds
-        self.warm_learner = (warm.warm_learner(self.model, cfg, pad_id=pad_token_id(self.tokenizer), device=self.device)
-                             if cfg.warm_start else None)
+        self.warm_learner = None  # the supervised learner, built only while a warm start runs
         if resume:
             self._load_checkpoint()
             self.best = checkpoint.read_best(RunDir(self.run_dir_path, create=False).best_path)
@@ -283,7 +282,7 @@ class LocalTrainer:
     def _load_checkpoint(self) -> None:
         run_dir = RunDir(self.run_dir_path, create=False)
         in_warm_start = checkpoint_iteration(run_dir.checkpoint_path) == warm.IN_PROGRESS
-        optimizer = (self.warm_learner if in_warm_start and self.warm_learner else self.learner).optimizer
+        optimizer = (self._warm_learner() if in_warm_start and self.cfg.warm_start else self.learner).optimizer
         try:
             restored = checkpoint.load(run_dir.checkpoint_path, model=self.model, optimizer=optimizer)
         except checkpoint.CheckpointError as e:
@@ -482,11 +481,18 @@ class LocalTrainer:
             if now.step % self.WARM_START_SAVE_EVERY == 0 and now.step < cfg.warm_start_steps and cfg.warm_start != "self":
                 self._save_warm_start(now)
 
-        summary = warm.supervise(self.warm_learner, demos, cfg, on_step=on_step, progress=progress)
+        summary = warm.supervise(self._warm_learner(), demos, cfg, on_step=on_step, progress=progress)
+        self.warm_learner = None  # its optimizer state is not needed by RL
         out = {f"warm_start/{k}": v for k, v in summary.items()}
         out.update({f"warm_start/demo_{k}": scored[k] for k in ("success_rate", "reward_mean") if k in scored})
         out["time/warm_start_s"] = time.perf_counter() - t0
         return out
+
+    def _warm_learner(self):
+        if self.warm_learner is None:
+            self.warm_learner = warm.warm_learner(self.model, self.cfg, pad_id=pad_token_id(self.tokenizer),
+                                                  device=self.device)
+        return self.warm_learner
 
     WARM_START_SAVE_EVERY = 20  # supervised steps between a warm start's checkpoints (what a stop can lose)
 
