@@ -183,6 +183,31 @@ class SudokuFeedback:
         digit = rng.randint(1, len(board)) if rng is not None else 1
         return f"\\boxed{{{empty[0][0]} {empty[0][1]} {digit}}}" if empty else None
 
+    def board_view(self, text: str) -> str | None:
+        """The board `text` shows, laid out by cell for `{board_view}` (`obs_suffix`): a line for each empty
+        cell, its move's "row column" and then the digits its row, its column and its box hold ("-": none).
+        The grid's own facts placed beside the cell a move names (a lookup a small model fails at, docs/
+        warm_start.md); it draws no conclusion from them (not the digits the cell allows). None when the
+        board has no empty cell."""
+        board = self.board(text)
+        n, box = len(board), int(round(len(board) ** 0.5))
+
+        def held(cells) -> str:
+            return " ".join(str(d) for d in sorted({d for d in cells if d})) or "-"
+
+        lines = []
+        for r, row in enumerate(board):
+            for c, cell in enumerate(row):
+                if cell:
+                    continue
+                r0, c0 = r - r % box, c - c % box
+                in_box = [board[i][j] for i in range(r0, r0 + box) for j in range(c0, c0 + box)]
+                lines.append(f"{r + 1} {c + 1}: row {held(row)}, column {held(board[i][c] for i in range(n))}, "
+                             f"box {held(in_box)}")
+        if not lines:
+            return None
+        return "Empty cells (row column) and the digits their row, column and box hold:\n" + "\n".join(lines)
+
     def outcome(self, observation: str, reward: float) -> str | None:
         """The kind of reply: correct, filled, violates, out_of_bounds, malformed; at the turn limit GEM
         replaces the reply, so only the reward tells a placement ("correct") from a refutation

@@ -26,7 +26,7 @@ esac
 RUN="$OUT/longer_warm_start"
 WARM_ONLY=1 OUT="$WARM" BASE_MODEL="$BASE" bash experiments/gtn_warm_start_oat.sh
 if [ -d "$RUN/checkpoint" ]; then  # a stopped run goes on from its last checkpoint
-  OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --resume "$RUN" --iterations 16 --threads 1 --no-progress --keep-best
+  OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --resume "$RUN" --iterations "${ITERATIONS:-16}" --threads 1 --no-progress --keep-best
 else
   ARM=longer_warm_start MODEL="$WARM/model" OUT="$OUT" TEMPLATE="$TEMPLATE" bash experiments/gtn_hidden_numbers.sh
 fi

@@ -13,22 +13,28 @@
 #   bash experiments/sudoku_warm_start.sh --iterations 30  # continue (the run resumes from its last checkpoint)
 #   ARM=all_layers bash experiments/sudoku_warm_start.sh   # the same with every layer trained (--trainable-layers 0):
 #                                                          # the top 6 layers' NLL was flat from step 40
+#   ARM=board_view bash experiments/sudoku_warm_start.sh   # the prompt also lays the board out by cell ({board_view}:
+#                                                          # each empty cell's "row column" and the digits its row,
+#                                                          # column and box hold): both NLLs sat at a uniform pick
 #
 # Records: docs/results/sudoku_warm_start/.
 set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
 ARM="${ARM:-top6}"
+VIEW=""
 case "$ARM" in
   top6) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_gigpo"; LAYERS=6 ;;
   all_layers) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_all_layers"; LAYERS=0 ;;
-  *) echo "ARM: top6 or all_layers" >&2; exit 2 ;;
+  board_view) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_board_view"; LAYERS=6; VIEW='
+{board_view}' ;;
+  *) echo "ARM: top6, all_layers or board_view" >&2; exit 2 ;;
 esac
 if [ -f "$RUN/checkpoint/state.json" ]; then
   OMP_NUM_THREADS=1 exec "$PY" -m oat_dppo.main --resume "$RUN" --threads 1 --no-progress "$@"
 fi
 OMP_NUM_THREADS=1 exec "$PY" -m oat_dppo.main --env game:Sudoku-v0-easy --env-option=history=last \
-  '--env-option=obs_suffix=
-The digits are 1 to 4. Answer with one move for an empty cell, e.g. {random_example}.' \
+  "--env-option=obs_suffix=$VIEW
+The digits are 1 to 4. Answer with one move for an empty cell, e.g. {random_example}." \
   --response-prefix '\boxed{' --model smollm2 --template chatml --trainable-layers "$LAYERS" --max-new-tokens 6 \
   --warm-start demo:board_rules --warm-start-episodes 512 --warm-start-steps 200 --warm-start-batch 8 \
   --warm-start-lr 2e-4 \

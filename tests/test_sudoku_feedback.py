@@ -7,9 +7,12 @@ refuted move scores a reply effect of 1, a policy that ignores the reply 0, what
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
+from oat_dppo.agent.demonstrations import sudoku_rules_move
 from oat_dppo.agent.metrics import outcomes_per_episode
 from oat_dppo.agent.reply_effect import Case, reply_effect
 from oat_dppo.agent.types import Episode, Turn
@@ -188,3 +191,37 @@ def test_with_a_random_example_copying_it_stays_under_one_half():
     reader = play(ENV, POLICIES["random_example_reader"], boards=60)
     assert 0.25 < copier["reward"] < reader["reward"]
     assert copier["reward"] < 0.5 and copier["filled"] == 0
+
+
+def test_the_board_view_lays_out_each_empty_cell_with_what_its_units_hold():
+    """`{board_view}`: a line for every empty cell and no other, each listing exactly the digits its row,
+    column and box hold, so the digits it leaves out are the ones the rules allow (the rules player's
+    options); a later turn's view follows the board. An env without a board refuses the field."""
+    env = make_env(ENV, seed=0, history="last", obs_suffix="\n{board_view}\nAnswer.")
+    obs, _ = env.reset(seed=3)
+    for turn in range(3):
+        board = env.unwrapped.board
+        lines = obs.split("hold:\n", 1)[1].split("\nAnswer.")[0].splitlines()
+        assert [tuple(int(x) for x in line.split(":")[0].split()) for line in lines] == _cells(board, filled=False)
+        for line in lines:
+            r, c = (int(x) for x in line.split(":")[0].split())
+            listed = {int(d) for d in line.split(":")[1].replace(",", " ").split() if d.isdigit()}
+            unit = set(board[r - 1]) | {board[i][c - 1] for i in range(4)} | {
+                board[i][j] for i in range((r - 1) // 2 * 2, (r - 1) // 2 * 2 + 2)
+                for j in range((c - 1) // 2 * 2, (c - 1) // 2 * 2 + 2)}
+            assert listed == unit - {0}
+            assert {1, 2, 3, 4} - listed == {d for d in range(1, 5) if sudoku_rules_allows(board, r, c, d)}
+        r, c = _cells(board, filled=False)[0]
+        obs, reward, *_ = env.step(f"\\boxed{{{r} {c} {env.unwrapped.full_grid[r - 1][c - 1]}}}")
+        assert reward > 0 and f"\n{r} {c}: " not in obs  # placed: the cell leaves the view
+    with pytest.raises(ValueError, match=r"\{board_view\}.*does not provide"):
+        make_env("smoke:digits", seed=0, obs_suffix="{board_view}")
+
+
+def sudoku_rules_allows(board, r, c, digit) -> bool:
+    """The rules player's own test (1-based cell): `digit` is among the options `sudoku_rules_move` draws from
+    (40 draws miss one of at most 4 digits with probability < 1e-4)."""
+    trial = [[cell if (i, j) == (r - 1, c - 1) or cell else 5 for j, cell in enumerate(row)]
+             for i, row in enumerate(board)]  # every other empty cell filled with a digit no unit holds
+    options = {sudoku_rules_move(trial, random.Random(s)) for s in range(40)}
+    return (r, c, digit) in options

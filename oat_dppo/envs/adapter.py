@@ -65,13 +65,19 @@ EXAMPLE_FIELD = "{example}"  # in obs_suffix: replaced every turn by the env's e
 RANDOM_EXAMPLE_FIELD = "{random_example}"
 
 
-def _example_probe(inner: Any, preset: EnvPreset) -> Callable | None:
-    """move_example(observation text) -> an action text | None for `inner` (what `{example}` in
-    `obs_suffix` becomes): its own `move_example`, else the preset probe's `example`, else None."""
-    if callable(getattr(inner, "move_example", None)):
-        return inner.move_example
+# ... the board laid out by cell: each empty cell's "row column" and what its row, column and box hold.
+BOARD_VIEW_FIELD = "{board_view}"
+
+
+def _text_probe(inner: Any, preset: EnvPreset, own: str, probed: str) -> Callable | None:
+    """A method of the observation text for a field of `obs_suffix`: `inner`'s own `own`, else the preset
+    probe's `probed`, else None. `{example}`: move_example / example (-> an action text | None);
+    `{board_view}`: board_view / board_view (-> a text | None)."""
+    if callable(getattr(inner, own, None)):
+        return getattr(inner, own)
     probe = load_object(preset.feedback_probe) if preset.feedback_probe else None
-    return getattr(probe, "example", None) if probe is not None else None
+    method = getattr(probe, probed, None) if probe is not None else None
+    return method if callable(method) else None
 
 
 def _outcome_probe(inner: Any, preset: EnvPreset) -> tuple[Callable | None, tuple[str, ...]]:
@@ -162,13 +168,17 @@ class TextEnv:
         self._follows_feedback, self._blind_success = _feedback_probe(inner, preset)
         self._changed_reply, self._reply_moves = _reply_probe(inner, preset)
         self._reply_outcome, self._outcome_kinds = _outcome_probe(inner, preset)
-        self._move_example = _example_probe(inner, preset)
+        self._move_example = _text_probe(inner, preset, "move_example", "example")
+        self._board_view = _text_probe(inner, preset, "board_view", "board_view")
         for field in (EXAMPLE_FIELD, RANDOM_EXAMPLE_FIELD):
             if field in obs_suffix and (self._move_example is None or (
                     field == RANDOM_EXAMPLE_FIELD and not _accepts(self._move_example, "rng"))):
                 raise ValueError(f"obs_suffix uses {field}, a move drawn from the observation"
                                  f"{' at random' if field == RANDOM_EXAMPLE_FIELD else ''}, which {env_id} "
                                  "does not provide (game:Sudoku-* do)")
+        if BOARD_VIEW_FIELD in obs_suffix and self._board_view is None:
+            raise ValueError(f"obs_suffix uses {BOARD_VIEW_FIELD}, the board laid out by cell, which {env_id} "
+                             "does not provide (game:Sudoku-* do)")
         self._episode_seed: int | None = None
         # Also release on garbage collection / interpreter exit: an unclosed GEM math env's pool
         # otherwise prints "Exception ignored in Pool.__del__" at exit.
@@ -309,6 +319,8 @@ class TextEnv:
         if RANDOM_EXAMPLE_FIELD in suffix:  # the same, its digit at random (seeded: episode and turn)
             rng = random.Random(f"{self._episode_seed}:{self._turn}")
             suffix = suffix.replace(RANDOM_EXAMPLE_FIELD, self._move_example(body, rng=rng) or "")
+        if BOARD_VIEW_FIELD in suffix:  # the same board, by cell
+            suffix = suffix.replace(BOARD_VIEW_FIELD, self._board_view(body) or "")
         return f"{self.obs_prefix}{body}{suffix}"
 
     def _unpack_reset(self, result: Any, episode_seed: int) -> tuple[str, dict[str, Any]]:
