@@ -2,7 +2,8 @@
 # Issue 50 part 3: GuessTheNumber-easy learned by SmolLM2-135M-Instruct, warm start then DPPO, from the instruct model.
 #
 #   bash experiments/gtn_learned.sh     # ~3.5 h on 2 cores beside another run; stop with Ctrl-C, run again to resume
-#   BASE=gemma3-270m bash experiments/gtn_learned.sh   # the same chain from Gemma-3-270M base (make setup-gemma first)
+#   BASE=gemma3-270m ITERATIONS=8 bash experiments/gtn_learned.sh   # the same chain from Gemma-3-270M base (make setup-gemma
+#                                                   # first): held out 0.723 -> 0.973 -> 0.988 at iterations 3 / 7
 #
 # 1. The warm start: 160 supervised steps of 8 turns (lr 2e-4, top 6 layers) imitating demo:noisy_bisect, a player
 #    that reads every hint and bisects one time in four (wins 0.83 as played; the optimal bisector wins every game),
@@ -28,5 +29,6 @@ WARM_ONLY=1 OUT="$WARM" BASE_MODEL="$BASE" bash experiments/gtn_warm_start_oat.s
 if [ -d "$RUN/checkpoint" ]; then  # a stopped run goes on from its last checkpoint
   OMP_NUM_THREADS=1 "$PY" -m oat_dppo.main --resume "$RUN" --iterations "${ITERATIONS:-16}" --threads 1 --no-progress --keep-best
 else
-  ARM=longer_warm_start MODEL="$WARM/model" OUT="$OUT" TEMPLATE="$TEMPLATE" bash experiments/gtn_hidden_numbers.sh
+  ARM=longer_warm_start MODEL="$WARM/model" OUT="$OUT" TEMPLATE="$TEMPLATE" bash experiments/gtn_hidden_numbers.sh \
+    --iterations "${ITERATIONS:-16}"
 fi
