@@ -14,7 +14,9 @@
 # The local run over the same span (its iterations 4-11): held out 0.707/0.758 -> 0.809 -> 0.949.
 # Measured (2026-11-30, docs/warm_start.md): held out on Oat before round 1: 0.758 (reply effect 0.846); rounds 1-3
 # rollouts 0.778, 0.819, 0.803, entropy 0.29 -> 0.17 (local: 0.772, 0.809, 0.825; 0.26 -> 0.15); ~20 min a round
-# here, so the 8 rounds need ~3 h alone (stopped after 3). Oat has no --resume here: a stop starts it over.
+# here, so the 8 rounds need ~3 h alone. ITERATIONS=4 (1.7 h beside another run): held out 0.758 -> 0.773 after round 4,
+# reply effect 0.846 -> 0.889 (local from the same policy: 0.809; shuffled advantages: 0.684). Oat has no --resume
+# here: a stop starts it over.
 set -euo pipefail
 OUT="${OUT:-runs/gtn_learned_oat}"
 OAT_PY="${OAT_PYTHON:-.venv-oat/bin/python}"
