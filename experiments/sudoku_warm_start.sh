@@ -15,7 +15,8 @@
 #                                                          # the top 6 layers' NLL was flat from step 40
 #   ARM=board_view bash experiments/sudoku_warm_start.sh   # the prompt also lays the board out by cell ({board_view}:
 #                                                          # each empty cell's "row column" and the digits its row,
-#                                                          # column and box hold): both NLLs sat at a uniform pick
+#                                                          # column and box hold): both NLLs sat at a uniform pick;
+#                                                          # with --warm-start-steps 120: held out 0.322, none solved
 #
 # Records: docs/results/sudoku_warm_start/.
 set -euo pipefail
