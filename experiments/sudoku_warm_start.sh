@@ -13,6 +13,8 @@
 #   bash experiments/sudoku_warm_start.sh --iterations 30  # continue (the run resumes from its last checkpoint)
 #   ARM=all_layers bash experiments/sudoku_warm_start.sh   # the same with every layer trained (--trainable-layers 0):
 #                                                          # the top 6 layers' NLL was flat from step 40
+#   ARM=long_imitation bash experiments/sudoku_warm_start.sh   # the view with far more imitation (2,000 episodes, 1,200
+#                                                          # steps of 16 at 1e-4, ~4 h; resumes where it stopped)
 #   ARM=board_view bash experiments/sudoku_warm_start.sh   # the prompt also lays the board out by cell ({board_view}:
 #                                                          # each empty cell's "row column" and the digits its row,
 #                                                          # column and box hold): both NLLs sat at a uniform pick;
@@ -23,12 +25,17 @@ set -euo pipefail
 PY="${PYTHON:-.venv/bin/python}"
 ARM="${ARM:-top6}"
 VIEW=""
+WARM=()
 case "$ARM" in
   top6) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_gigpo"; LAYERS=6 ;;
   all_layers) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_all_layers"; LAYERS=0 ;;
   board_view) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_board_view"; LAYERS=6; VIEW='
 {board_view}' ;;
-  *) echo "ARM: top6, all_layers or board_view" >&2; exit 2 ;;
+  # far more imitation, the lever left: 2,000 demonstrated episodes (~19k turns), 1,200 steps of 16 at 1e-4 (~4 h of one
+  # core; a checkpoint every 20 steps, so a stopped run resumes)
+  long_imitation) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_long_imitation"; LAYERS=6; VIEW='
+{board_view}'; WARM=(--warm-start-episodes 2000 --warm-start-steps 1200 --warm-start-batch 16 --warm-start-lr 1e-4) ;;
+  *) echo "ARM: top6, all_layers, board_view or long_imitation" >&2; exit 2 ;;
 esac
 if [ -f "$RUN/checkpoint/state.json" ]; then
   OMP_NUM_THREADS=1 exec "$PY" -m oat_dppo.main --resume "$RUN" --threads 1 --no-progress "$@"
@@ -43,4 +50,4 @@ The digits are 1 to 4. Answer with one move for an empty cell, e.g. {random_exam
   --learning-rate 1e-4 --mini-batch-size 16 --micro-batch-size 8 --iterations 15 \
   --engine vllm --engine-dtype float32 --vllm-enforce-eager \
   --eval-every 5 --eval-episodes 64 --save-every 1 --log-episodes 4 --seed 0 --threads 1 --no-progress \
-  --run-dir "$RUN" "$@"
+  --run-dir "$RUN" ${WARM[@]+"${WARM[@]}"} "$@"
