@@ -14,7 +14,7 @@
 #   ARM=all_layers bash experiments/sudoku_warm_start.sh   # the same with every layer trained (--trainable-layers 0):
 #                                                          # the top 6 layers' NLL was flat from step 40
 #   ARM=long_imitation bash experiments/sudoku_warm_start.sh   # the view with far more imitation (2,000 episodes, 1,200
-#                                                          # steps of 16 at 1e-4, ~4 h; resumes where it stopped)
+#                                                          # steps of 16 at 1e-4, ~7 h: 21 s a step; resumes)
 #   ARM=board_view bash experiments/sudoku_warm_start.sh   # the prompt also lays the board out by cell ({board_view}:
 #                                                          # each empty cell's "row column" and the digits its row,
 #                                                          # column and box hold): both NLLs sat at a uniform pick;
@@ -31,7 +31,7 @@ case "$ARM" in
   all_layers) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_all_layers"; LAYERS=0 ;;
   board_view) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_board_view"; LAYERS=6; VIEW='
 {board_view}' ;;
-  # far more imitation, the lever left: 2,000 demonstrated episodes (~19k turns), 1,200 steps of 16 at 1e-4 (~4 h of one
+  # far more imitation, the lever left: 2,000 demonstrated episodes (~19k turns), 1,200 steps of 16 at 1e-4 (~7 h of one
   # core; a checkpoint every 20 steps, so a stopped run resumes)
   long_imitation) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_long_imitation"; LAYERS=6; VIEW='
 {board_view}'; WARM=(--warm-start-episodes 2000 --warm-start-steps 1200 --warm-start-batch 16 --warm-start-lr 1e-4) ;;
