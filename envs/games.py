@@ -89,6 +89,15 @@ class GuessTheNumberFeedback:
 GUESS_THE_NUMBER = GuessTheNumberFeedback()
 
 
+def sudoku_units(board: list[list[int]], r: int, c: int) -> tuple[list[int], list[int], list[int]]:
+    """The cells of (r, c)'s row, column and box (0-based; 0 for an empty cell), on an n x n board of
+    sqrt(n) x sqrt(n) boxes."""
+    n, box = len(board), int(round(len(board) ** 0.5))
+    r0, c0 = r - r % box, c - c % box
+    return (list(board[r]), [board[i][c] for i in range(n)],
+            [board[i][j] for i in range(r0, r0 + box) for j in range(c0, c0 + box)])
+
+
 class SudokuFeedback:
     """Feedback in GEM's Sudoku. Every well-formed move is answered: "At turn 3, you placed 2 at R1 C4,
     which is correct." (reward 1/empty cells), or a refutation of the move, reward 0 and the game goes
@@ -190,20 +199,16 @@ class SudokuFeedback:
         warm_start.md); it draws no conclusion from them (not the digits the cell allows). None when the
         board has no empty cell."""
         board = self.board(text)
-        n, box = len(board), int(round(len(board) ** 0.5))
 
-        def held(cells) -> str:
-            return " ".join(str(d) for d in sorted({d for d in cells if d})) or "-"
+        def held(cells: list[int]) -> str:
+            return " ".join(str(d) for d in sorted(set(cells) - {0})) or "-"
 
         lines = []
         for r, row in enumerate(board):
             for c, cell in enumerate(row):
-                if cell:
-                    continue
-                r0, c0 = r - r % box, c - c % box
-                in_box = [board[i][j] for i in range(r0, r0 + box) for j in range(c0, c0 + box)]
-                lines.append(f"{r + 1} {c + 1}: row {held(row)}, column {held(board[i][c] for i in range(n))}, "
-                             f"box {held(in_box)}")
+                if not cell:
+                    in_row, in_column, in_box = sudoku_units(board, r, c)
+                    lines.append(f"{r + 1} {c + 1}: row {held(in_row)}, column {held(in_column)}, box {held(in_box)}")
         if not lines:
             return None
         return "Empty cells (row column) and the digits their row, column and box hold:\n" + "\n".join(lines)

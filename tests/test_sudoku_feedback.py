@@ -220,7 +220,7 @@ def test_the_board_view_lays_out_each_empty_cell_with_what_its_units_hold():
 
 def sudoku_rules_allows(board, r, c, digit) -> bool:
     """The rules player's own test (1-based cell): `digit` is among the options `sudoku_rules_move` draws from
-    (40 draws miss one of at most 4 digits with probability < 1e-4)."""
+    (40 seeded draws: every option of at most 4 is drawn)."""
     trial = [[cell if (i, j) == (r - 1, c - 1) or cell else 5 for j, cell in enumerate(row)]
              for i, row in enumerate(board)]  # every other empty cell filled with a digit no unit holds
     options = {sudoku_rules_move(trial, random.Random(s)) for s in range(40)}

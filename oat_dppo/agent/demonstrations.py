@@ -79,12 +79,12 @@ def blind_guesser(prompt: str, rng: random.Random) -> str:
 def sudoku_rules_move(board: list[list[int]], rng: random.Random) -> tuple[int, int, int] | None:
     """An empty cell and a digit its row, column and box do not hold yet, the most constrained cell first
     (1-based row, column, digit); None where no empty cell allows a digit."""
+    from oat_dppo_envs.games import sudoku_units  # noqa: PLC0415 (the env package's own reading of a board)
+
     n = len(board)
-    box = int(round(n ** 0.5))
 
     def allowed(r: int, c: int) -> list[int]:
-        seen = set(board[r]) | {board[i][c] for i in range(n)}
-        seen |= {board[i][j] for i in range(r - r % box, r - r % box + box) for j in range(c - c % box, c - c % box + box)}
+        seen = set().union(*sudoku_units(board, r, c))
         return [d for d in range(1, n + 1) if d not in seen]
 
     options = {(r, c): allowed(r, c) for r in range(n) for c in range(n) if board[r][c] == 0}
