@@ -19,6 +19,9 @@ turn limit as a run):
   random every turn), whatever the replies say.
 * `random_example_reader`: the same, but the next digit after the newest refuted one where the shown
   move is the one the newest reply refuted.
+* `random_allowed`: a random empty cell that allows a digit, and a digit its row, column and box do not hold
+  yet: the rules right, no order of cells (what imitating `board_rules`' digits but not its choice of cell
+  earns).
 * `board_rules`: an empty cell and a digit its row, column and box do not hold yet (the board's rules,
   no reply read); the most constrained cell first.
 * `oracle`: the solution's digit for an empty cell (reads GEM's solution grid): the ceiling.
@@ -39,7 +42,7 @@ from typing import Callable
 
 import numpy as np
 
-from oat_dppo.agent.demonstrations import sudoku_rules_move
+from oat_dppo.agent.demonstrations import sudoku_allowed, sudoku_rules_move
 from oat_dppo.envs.registry import make_env
 from oat_dppo_envs.games import SUDOKU
 
@@ -105,6 +108,16 @@ def _rules_move(board, refuted, rng, env, observation):
     return sudoku_rules_move(board, rng) or _empty_move(board, refuted, rng, env, observation)
 
 
+def _allowed_move(board, refuted, rng, env, observation):
+    options = [(r, c, sudoku_allowed(board, r, c)) for r in range(len(board)) for c in range(len(board))
+               if board[r][c] == 0]
+    options = [o for o in options if o[2]]
+    if not options:
+        return _empty_move(board, refuted, rng, env, observation)
+    r, c, digits = rng.choice(options)
+    return r + 1, c + 1, rng.choice(digits)
+
+
 def _oracle_move(board, refuted, rng, env, observation):
     solution = env.unwrapped.full_grid
     empty = [(r, c) for r in range(len(board)) for c in range(len(board)) if board[r][c] == 0]
@@ -122,6 +135,7 @@ POLICIES = {
     "random_example_copier": Sudoku("random_example_copier", _shown_example_move, obs_suffix=RANDOM_EXAMPLE_SUFFIX),
     "random_example_reader": Sudoku("random_example_reader", _shown_example_move, memory="last",
                                     obs_suffix=RANDOM_EXAMPLE_SUFFIX),
+    "random_allowed": Sudoku("random_allowed", _allowed_move),
     "board_rules": Sudoku("board_rules", _rules_move),
     "oracle": Sudoku("oracle", _oracle_move),
 }

@@ -98,6 +98,17 @@ def sudoku_units(board: list[list[int]], r: int, c: int) -> tuple[list[int], lis
             [board[i][j] for i in range(r0, r0 + box) for j in range(c0, c0 + box)])
 
 
+def sudoku_cell_view(board: list[list[int]], r: int, c: int) -> str:
+    """One line of `{board_view}`: cell (r, c)'s move "row column" (1-based) and the digits its row, its column
+    and its box hold ("-": none), e.g. "2 3: row 1 4, column 2, box 1 2 4"."""
+
+    def held(cells: list[int]) -> str:
+        return " ".join(str(d) for d in sorted(set(cells) - {0})) or "-"
+
+    in_row, in_column, in_box = sudoku_units(board, r, c)
+    return f"{r + 1} {c + 1}: row {held(in_row)}, column {held(in_column)}, box {held(in_box)}"
+
+
 class SudokuFeedback:
     """Feedback in GEM's Sudoku. Every well-formed move is answered: "At turn 3, you placed 2 at R1 C4,
     which is correct." (reward 1/empty cells), or a refutation of the move, reward 0 and the game goes
@@ -199,16 +210,7 @@ class SudokuFeedback:
         warm_start.md); it draws no conclusion from them (not the digits the cell allows). None when the
         board has no empty cell."""
         board = self.board(text)
-
-        def held(cells: list[int]) -> str:
-            return " ".join(str(d) for d in sorted(set(cells) - {0})) or "-"
-
-        lines = []
-        for r, row in enumerate(board):
-            for c, cell in enumerate(row):
-                if not cell:
-                    in_row, in_column, in_box = sudoku_units(board, r, c)
-                    lines.append(f"{r + 1} {c + 1}: row {held(in_row)}, column {held(in_column)}, box {held(in_box)}")
+        lines = [sudoku_cell_view(board, r, c) for r, row in enumerate(board) for c, cell in enumerate(row) if not cell]
         if not lines:
             return None
         return "Empty cells (row column) and the digits their row, column and box hold:\n" + "\n".join(lines)

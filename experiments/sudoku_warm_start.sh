@@ -26,6 +26,10 @@ PY="${PYTHON:-.venv/bin/python}"
 ARM="${ARM:-top6}"
 VIEW=""
 WARM=()
+DEMO=board_rules
+PREFIX=(--response-prefix '\boxed{')
+NEW_TOKENS=6
+ASK="Answer with one move for an empty cell, e.g. {random_example}."
 case "$ARM" in
   top6) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_gigpo"; LAYERS=6 ;;
   all_layers) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_all_layers"; LAYERS=0 ;;
@@ -35,16 +39,22 @@ case "$ARM" in
   # core; a checkpoint every 20 steps, so a stopped run resumes)
   long_imitation) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_long_imitation"; LAYERS=6; VIEW='
 {board_view}'; WARM=(--warm-start-episodes 2000 --warm-start-steps 1200 --warm-start-batch 16 --warm-start-lr 1e-4) ;;
-  *) echo "ARM: top6, all_layers, board_view or long_imitation" >&2; exit 2 ;;
+  # the rules player's work written before its move (demo:board_rules_worked): the cell's line of the view, the
+  # digits it lacks, then \boxed{r c d}; no pre-filled \boxed{, room for the work (~37 tokens)
+  worked) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_worked"; LAYERS=6; VIEW='
+{board_view}'; DEMO=board_rules_worked; PREFIX=(); NEW_TOKENS=48
+    ASK="Pick an empty cell, copy its line, name the digits it lacks, then answer with one move, e.g. {random_example}."
+    WARM=(--warm-start-steps 240) ;;
+  *) echo "ARM: top6, all_layers, board_view, long_imitation or worked" >&2; exit 2 ;;
 esac
 if [ -f "$RUN/checkpoint/state.json" ]; then
   OMP_NUM_THREADS=1 exec "$PY" -m oat_dppo.main --resume "$RUN" --threads 1 --no-progress "$@"
 fi
 OMP_NUM_THREADS=1 exec "$PY" -m oat_dppo.main --env game:Sudoku-v0-easy --env-option=history=last \
   "--env-option=obs_suffix=$VIEW
-The digits are 1 to 4. Answer with one move for an empty cell, e.g. {random_example}." \
-  --response-prefix '\boxed{' --model smollm2 --template chatml --trainable-layers "$LAYERS" --max-new-tokens 6 \
-  --warm-start demo:board_rules --warm-start-episodes 512 --warm-start-steps 200 --warm-start-batch 8 \
+The digits are 1 to 4. $ASK" \
+  ${PREFIX[@]+"${PREFIX[@]}"} --model smollm2 --template chatml --trainable-layers "$LAYERS" \
+  --max-new-tokens "$NEW_TOKENS" --warm-start "demo:$DEMO" --warm-start-episodes 512 --warm-start-steps 200 --warm-start-batch 8 \
   --warm-start-lr 2e-4 \
   --trust-region dppo_binary_tv --advantage gigpo --episodes-per-iteration 16 --group-size 4 \
   --learning-rate 1e-4 --mini-batch-size 16 --micro-batch-size 8 --iterations 15 \

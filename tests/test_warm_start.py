@@ -4,6 +4,7 @@ demonstrations from a file, and a run that warm-starts, evaluates before its fir
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -103,6 +104,30 @@ def test_sudoku_board_rules_demonstrator_solves_boards_within_the_runs_token_bud
                         response_prefix="\\boxed{")
         assert all(t.well_formed for e in episodes for t in e.turns)
         assert success(episodes) == 1.0, (max_new_tokens, [e.episode_return for e in episodes])
+
+
+def test_sudoku_worked_demonstrator_copies_its_cells_view_line_names_what_it_leaves_and_solves(tiny):
+    """`board_rules_worked` writes its work before the move: the chosen cell's line exactly as the prompt's
+    `{board_view}` shows it, then "lacks" and the digits 1-4 that line does not name (read here from the
+    line's text alone), then a move on that cell with one of those digits, the last `\\boxed{}` GEM parses.
+    It solves every board it plays, with no pre-filled prefix."""
+    _, tok = tiny
+    prompt = PromptFormat(tok, "chatml")
+    suffix = "\n{board_view}\nAnswer with one move."
+    envs = [make_env("game:Sudoku-v0-easy", seed=0, history="last", obs_suffix=suffix) for _ in range(4)]
+    engine = ScriptedEngine(DEMONSTRATORS["board_rules_worked"], prompt, end_of_turn_ids(prompt), seed=0)
+    episodes, stats = play_episodes(engine, envs, [11, 12, 13, 14], prompt, max_new_tokens=64)
+    assert stats.env_errors == 0 and success(episodes) == 1.0
+    worked = re.compile(r"^((\d) (\d): row [-\d ]+, column [-\d ]+, box [-\d ]+); lacks ([\d ]+)\. "
+                        r"\\boxed\{(\d) (\d) (\d)\}$")
+    for turn in (t for e in episodes for t in e.turns):
+        found = worked.match(turn.response_text.strip())
+        assert found, turn.response_text
+        line, r, c, lacks, *move = found.groups()
+        assert f"\n{line}\n" in turn.prompt_text  # a copy of the view's line for that cell
+        named = {int(d) for d in line.split(":")[1].replace(",", " ").split() if d.isdigit()}
+        assert [int(d) for d in lacks.split()] == sorted({1, 2, 3, 4} - named)
+        assert move[:2] == [r, c] and int(move[2]) in {1, 2, 3, 4} - named
 
 
 def test_negative_log_likelihood_is_the_mean_nll_of_the_demonstrated_tokens(tiny):

@@ -76,18 +76,19 @@ def blind_guesser(prompt: str, rng: random.Random) -> str:
     return f"\\boxed{{{rng.randint(low, high)}}}"
 
 
+def sudoku_allowed(board: list[list[int]], r: int, c: int) -> list[int]:
+    """The digits cell (r, c) (0-based) allows: those its row, column and box do not hold yet."""
+    from oat_dppo_envs.games import sudoku_units  # noqa: PLC0415 (the env package's own reading of a board)
+
+    seen = set().union(*sudoku_units(board, r, c))
+    return [d for d in range(1, len(board) + 1) if d not in seen]
+
+
 def sudoku_rules_move(board: list[list[int]], rng: random.Random) -> tuple[int, int, int] | None:
     """An empty cell and a digit its row, column and box do not hold yet, the most constrained cell first
     (1-based row, column, digit); None where no empty cell allows a digit."""
-    from oat_dppo_envs.games import sudoku_units  # noqa: PLC0415 (the env package's own reading of a board)
-
     n = len(board)
-
-    def allowed(r: int, c: int) -> list[int]:
-        seen = set().union(*sudoku_units(board, r, c))
-        return [d for d in range(1, n + 1) if d not in seen]
-
-    options = {(r, c): allowed(r, c) for r in range(n) for c in range(n) if board[r][c] == 0}
+    options = {(r, c): sudoku_allowed(board, r, c) for r in range(n) for c in range(n) if board[r][c] == 0}
     options = {cell: digits for cell, digits in options.items() if digits}
     if not options:
         return None
@@ -101,6 +102,22 @@ def sudoku_board_rules(prompt: str, rng: random.Random) -> str:
 
     move = sudoku_rules_move(SUDOKU.board(prompt), rng) or (1, 1, 1)
     return "\\boxed{%d %d %d}" % move
+
+
+def sudoku_board_rules_worked(prompt: str, rng: random.Random) -> str:
+    """The rules player's move with its work shown before it: the chosen cell's line of `{board_view}` (the
+    digits its row, column and box hold), the digits that leaves, then the move, e.g.
+    "2 3: row 1 4, column 2, box 1 2 4; lacks 3. \\boxed{2 3 3}" (GEM reads the last `\\boxed{}`). Each
+    step is a copy or a lookup a small model can imitate where the bare move is not (docs/warm_start.md)."""
+    from oat_dppo_envs.games import SUDOKU, sudoku_cell_view  # noqa: PLC0415
+
+    board = SUDOKU.board(prompt)
+    move = sudoku_rules_move(board, rng)
+    if move is None:
+        return "\\boxed{1 1 1}"
+    r, c, digit = move
+    lacks = " ".join(map(str, sudoku_allowed(board, r - 1, c - 1)))
+    return f"{sudoku_cell_view(board, r - 1, c - 1)}; lacks {lacks}. \\boxed{{{r} {c} {digit}}}"
 
 
 @dataclass(frozen=True)
@@ -119,6 +136,9 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
     "blind_guesser": Demonstrator(blind_guesser, "game:GuessTheNumber", "a random guess, hints ignored"),
     "board_rules": Demonstrator(sudoku_board_rules, "game:Sudoku",
                                 "a digit the board's row, column and box allow, most constrained cell first"),
+    "board_rules_worked": Demonstrator(sudoku_board_rules_worked, "game:Sudoku",
+                                       "board_rules with its work written before the move: the cell's row, column "
+                                       "and box digits, the digits they leave"),
 }
 
 
