@@ -36,6 +36,8 @@ BENCHMARKS = {
                                                     "control"),
     "by-hidden-number": ("benchmarks.by_hidden_number", "GuessTheNumber: a run's logged episodes by hidden number "
                                                         "(success, the guesses played)"),
+    "sudoku-work": ("benchmarks.sudoku_work", "Sudoku: which step of a worked move (the cell's line, the digits it "
+                                              "lacks, the move) a run's logged episodes get wrong"),
     "gpu": ("benchmarks.gpu", "one GPU: vLLM rollout, weight sync, learner, and the mismatch table"),
 }
 USAGE = "usage: python -m benchmarks {" + ",".join(BENCHMARKS) + "} [--help | options]"
