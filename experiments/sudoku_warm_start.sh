@@ -40,12 +40,17 @@ case "$ARM" in
   long_imitation) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_long_imitation"; LAYERS=6; VIEW='
 {board_view}'; WARM=(--warm-start-episodes 2000 --warm-start-steps 1200 --warm-start-batch 16 --warm-start-lr 1e-4) ;;
   # the rules player's work written before its move (demo:board_rules_worked): the cell's line of the view, the
-  # digits it lacks, then \boxed{r c d}; no pre-filled \boxed{, room for the work (~37 tokens)
-  worked) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_worked"; LAYERS=6; VIEW='
+  # digits it lacks, then \boxed{r c d}; no pre-filled \boxed{, room for the work (~37 tokens). RL then credits each
+  # move by its own reward (Sudoku grades every move): batch_norm with gamma 0, lr 3e-5; ARM=worked_gigpo keeps the
+  # gigpo RL above (lr 1e-4), which lost the warm start's copy in one iteration
+  worked|worked_gigpo) RUN="${OUT:-runs/sudoku_warm_start}/board_rules_$ARM"; LAYERS=6; VIEW='
 {board_view}'; DEMO=board_rules_worked; PREFIX=(); NEW_TOKENS=48
     ASK="Pick an empty cell, copy its line, name the digits it lacks, then answer with one move, e.g. {random_example}."
-    WARM=(--warm-start-steps 240) ;;
-  *) echo "ARM: top6, all_layers, board_view, long_imitation or worked" >&2; exit 2 ;;
+    WARM=(--warm-start-steps 240)
+    if [ "$ARM" = worked ]; then
+      WARM+=(--advantage batch_norm --gamma 0 --learning-rate 3e-5 --eval-every 3 --keep-best)
+    fi ;;
+  *) echo "ARM: top6, all_layers, board_view, long_imitation, worked or worked_gigpo" >&2; exit 2 ;;
 esac
 if [ -f "$RUN/checkpoint/state.json" ]; then
   OMP_NUM_THREADS=1 exec "$PY" -m oat_dppo.main --resume "$RUN" --threads 1 --no-progress "$@"
