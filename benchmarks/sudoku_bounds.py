@@ -42,7 +42,7 @@ from typing import Callable
 
 import numpy as np
 
-from oat_dppo.agent.demonstrations import sudoku_allowed, sudoku_rules_move
+from oat_dppo.agent.demonstrations import sudoku_options, sudoku_rules_move
 from oat_dppo.envs.registry import make_env
 from oat_dppo_envs.games import SUDOKU
 
@@ -109,13 +109,11 @@ def _rules_move(board, refuted, rng, env, observation):
 
 
 def _allowed_move(board, refuted, rng, env, observation):
-    options = [(r, c, sudoku_allowed(board, r, c)) for r in range(len(board)) for c in range(len(board))
-               if board[r][c] == 0]
-    options = [o for o in options if o[2]]
+    options = sudoku_options(board)
     if not options:
         return _empty_move(board, refuted, rng, env, observation)
-    r, c, digits = rng.choice(options)
-    return r + 1, c + 1, rng.choice(digits)
+    r, c = rng.choice(list(options))
+    return r + 1, c + 1, rng.choice(options[(r, c)])
 
 
 def _oracle_move(board, refuted, rng, env, observation):

@@ -84,12 +84,17 @@ def sudoku_allowed(board: list[list[int]], r: int, c: int) -> list[int]:
     return [d for d in range(1, len(board) + 1) if d not in seen]
 
 
+def sudoku_options(board: list[list[int]]) -> dict[tuple[int, int], list[int]]:
+    """Each empty cell (0-based) that allows a digit, with the digits it allows."""
+    n = len(board)
+    options = {(r, c): sudoku_allowed(board, r, c) for r in range(n) for c in range(n) if board[r][c] == 0}
+    return {cell: digits for cell, digits in options.items() if digits}
+
+
 def sudoku_rules_move(board: list[list[int]], rng: random.Random) -> tuple[int, int, int] | None:
     """An empty cell and a digit its row, column and box do not hold yet, the most constrained cell first
     (1-based row, column, digit); None where no empty cell allows a digit."""
-    n = len(board)
-    options = {(r, c): sudoku_allowed(board, r, c) for r in range(n) for c in range(n) if board[r][c] == 0}
-    options = {cell: digits for cell, digits in options.items() if digits}
+    options = sudoku_options(board)
     if not options:
         return None
     fewest = min(len(d) for d in options.values())
