@@ -184,7 +184,7 @@ def step_prompts(cfg: Config) -> tuple[list[str], list[int]]:
 
     tc = _train_config(cfg, "hf")
     tok = load_tokenizer(cfg.model)
-    env = build_envs(tc, 1, for_eval=False)[0]
+    env = build_envs(tc, 1, split="train")[0]
     fmt = PromptFormat(tok, resolve_template(tc, tok), tc.system_prompt, RESPONSE_PREFIX)
     texts, seeds = [], []
     for it in range(cfg.warmup + cfg.steps):
@@ -211,7 +211,7 @@ def run_trl(cfg: Config) -> dict:
     torch.set_num_threads(cfg.threads)
     texts, seeds = step_prompts(cfg)
     model = str(smollm2_dir()) if cfg.model == "smollm2" else cfg.model  # TRL loads a directory itself
-    env = build_envs(_train_config(cfg, "hf"), 1, for_eval=False)[0]
+    env = build_envs(_train_config(cfg, "hf"), 1, split="train")[0]
 
     # Every number comes from TRL's public hooks: a TrainerCallback (the step's begin and end, and the rows TRL
     # logs: `num_tokens`, `completions/mean_length`) and the reward function, which TRL calls once a step

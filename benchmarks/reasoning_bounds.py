@@ -108,10 +108,10 @@ POLICIES: dict[str, dict[str, Policy]] = {
 }
 
 
-def play(env_id: str, policy: Policy, episodes: int, seed: int = 0) -> dict[str, float]:
-    """Mean reward and the share of full-score answers of `policy` over `episodes` held-out questions
-    of a run with this seed."""
-    env = make_env(env_id, seed=seed, for_eval=True)
+def play(env_id: str, policy: Policy, episodes: int, seed: int = 0, split: str = "validation") -> dict[str, float]:
+    """Mean reward and the share of full-score answers of `policy` over `episodes` questions of the split
+    (`oat_dppo.envs.splits`), an instance of a run with this seed."""
+    env = make_env(env_id, seed=seed, split=split)
     rng = random.Random(seed)
     rewards = []
     try:

@@ -139,10 +139,10 @@ POLICIES = {
 }
 
 
-def play(env_id: str, policy: Sudoku, boards: int, seed: int = 0, for_eval: bool = True) -> dict[str, float]:
-    """Mean reward, solved share and reply outcomes per episode of `policy` over `boards` boards (the
-    held-out boards of a run with this seed when `for_eval`)."""
-    env = make_env(env_id, seed=seed, history="last", obs_suffix=policy.obs_suffix, for_eval=for_eval)
+def play(env_id: str, policy: Sudoku, boards: int, seed: int = 0, split: str | None = "validation") -> dict[str, float]:
+    """Mean reward, solved share and reply outcomes per episode of `policy` over `boards` boards of the split
+    (`oat_dppo.envs.splits`; None: every board), an instance of a run with this seed."""
+    env = make_env(env_id, seed=seed, history="last", obs_suffix=policy.obs_suffix, split=split)
     rng = random.Random(seed)
     returns, solved, outcomes = [], [], {k: [] for k in SUDOKU.OUTCOMES}
     try:

@@ -26,6 +26,7 @@ PRESETS = (
         first_class=True,
         description="4x4 Sudoku, about 9 empty cells, one move per turn (multi-turn)",
         feedback_probe="oat_dppo_envs.games:SUDOKU",
+        split_key="observation",  # the board is the task
         **GAME,
     ),
     EnvPreset(
@@ -35,6 +36,7 @@ PRESETS = (
         first_class=True,
         description="9x9 Sudoku, about 47 empty cells in 50 turns (multi-turn)",
         feedback_probe="oat_dppo_envs.games:SUDOKU",
+        split_key="observation",  # the board is the task
         **GAME,
     ),
 )

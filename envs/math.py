@@ -21,6 +21,7 @@ PRESETS = (
         multi_turn=False,
         max_turns=1,
         first_class=True,
+        split_key="observation",
         description="math problems from a local file (--math-data FILE), graded by GEM's MathEnv",
     ),
     EnvPreset(
@@ -29,6 +30,7 @@ PRESETS = (
         multi_turn=False,
         max_turns=1,
         first_class=True,
+        split_key="observation",
         description="offline arithmetic/equations from reasoning-gym, graded by GEM's MathEnv",
     ),
 )

@@ -51,6 +51,10 @@ class EnvPreset:
     env_kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     data_seed: int = 0  # seed of the data pool (rg dataset, math shuffle), shared by all instances
     eval_seed_offset: int = EVAL_SEED_OFFSET
+    # What names a task for the train / validation / test splits (oat_dppo.envs.splits): "observation" (the
+    # first observation, where it shows the task: a board, a question) or "seed" (where every task starts
+    # with the same text, GuessTheNumber's hidden number).
+    split_key: str = "seed"
     # Run step() with a private copy of the global `random`/`np.random` state (games draw from it).
     isolate_step_rng: bool = False
     first_class: bool = False

@@ -47,8 +47,9 @@ def check_tr_param_numbers(cfg: TrainConfig) -> None:
             raise ConfigError(f"--tr-param {name}={text}: {text!r} is not a number")
 
 
-def build_envs(cfg: TrainConfig, n: int, *, for_eval: bool) -> list:
-    """`n` environment instances of `--env` (training or held-out evaluation instances)."""
+def build_envs(cfg: TrainConfig, n: int, *, split: str) -> list:
+    """`n` environment instances of `--env` that play the tasks of `split` ("train", "validation", "test":
+    `oat_dppo.envs.splits`)."""
     from oat_dppo.envs import DatasetUnavailableError, UnknownEnvError, make_env  # GEM is imported by make_env
 
     options: dict[str, Any] = {"format_penalty": cfg.format_penalty, **env_options(cfg)}
@@ -57,7 +58,7 @@ def build_envs(cfg: TrainConfig, n: int, *, for_eval: bool) -> list:
     if cfg.math_data:
         options.update(math_data=cfg.math_data, question_key=cfg.math_question_key, answer_key=cfg.math_answer_key)
     try:
-        return [make_env(cfg.env, seed=derive_seed(cfg.seed, "env", i), for_eval=for_eval, **options)
+        return [make_env(cfg.env, seed=derive_seed(cfg.seed, "env", i), split=split, **options)
                 for i in range(n)]
     except ValueError as e:  # the environment refused an option (EnvOptionError, a bad setting)
         if isinstance(e, (UnknownEnvError, DatasetUnavailableError)):  # already one clear line

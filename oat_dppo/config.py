@@ -278,8 +278,16 @@ class TrainConfig:
         "Continue the run in this directory from its last checkpoint (its config is reused; --iterations may "
         "be raised).",
     )
-    eval_every: int = opt(5, "Evaluate on held-out seeds every N iterations (0: never).")
-    eval_episodes: int = opt(16, "Episodes per evaluation.")
+    eval_every: int = opt(
+        5, "Evaluate on the validation split every N iterations (0: never, and no test evaluation either). The "
+           "validation split is what --keep-best and every tuning choice may look at (logged as eval/*).")
+    eval_episodes: int = opt(16, "Episodes per validation evaluation.")
+    test_episodes: int = opt(
+        16,
+        "Episodes of the one evaluation on the test split, at the run's end (0: none): tasks no run trains, "
+        "demonstrates or validates on (oat_dppo.envs.splits), the same for every run; recorded in "
+        "RUN_DIR/evaluations.jsonl. `python -m oat_dppo.evaluate RUN_DIR --split test` re-scores a saved policy.",
+    )
     eval_temperature: float = opt(
         1.0,
         "Sampling temperature of held-out evaluations, on both backends: 1 samples the policy as it is trained "
@@ -446,7 +454,7 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.mini_batch_unit == "turns" and not cfg.micro_batch_tokens and cfg.mini_batch_size % cfg.micro_batch_size:
         raise ConfigError(f"--mini-batch-size {cfg.mini_batch_size} must be a multiple of --micro-batch-size "
                           f"{cfg.micro_batch_size} (every optimizer step accumulates whole micro-batches)")
-    for name in ("eval_every", "eval_episodes", "save_every", "log_episodes", "threads", "trainable_layers", "lora_rank",
+    for name in ("eval_every", "eval_episodes", "test_episodes", "save_every", "log_episodes", "threads", "trainable_layers", "lora_rank",
                  "lr_warmup_iterations",
                  "logits_chunk_tokens"):
         if getattr(cfg, name) < 0:

@@ -29,7 +29,7 @@ PROG = "python -m oat_dppo.main"
 # What --resume may change: how long the run goes on, and how it is watched. Everything else would
 # make the resumed run another run than the one its checkpoint belongs to.
 RESUMABLE = ("iterations", "resume", "run_dir", "threads", "progress", "device", "log", "wandb_project", "eval_every",
-             "eval_episodes", "save_every", "log_episodes", "keep_checkpoint", "keep_best")
+             "eval_episodes", "test_episodes", "save_every", "log_episodes", "keep_checkpoint", "keep_best")
 
 
 @dataclass

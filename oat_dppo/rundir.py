@@ -158,6 +158,11 @@ class RunDir:
         return self.path / "episodes.jsonl"
 
     @property
+    def evaluations_path(self) -> Path:
+        """One line per evaluation on a named split, by the run or by `python -m oat_dppo.evaluate`."""
+        return self.path / "evaluations.jsonl"
+
+    @property
     def checkpoint_path(self) -> Path:
         return self.path / "checkpoint"
 
@@ -172,7 +177,7 @@ class RunDir:
     def discard(self) -> None:
         """Remove what a run writes here (config, metrics, episodes, events, checkpoints), then the
         directory itself if nothing else is left in it."""
-        for path in (self.config_path, self.metrics_path, self.episodes_path):
+        for path in (self.config_path, self.metrics_path, self.episodes_path, self.evaluations_path):
             path.unlink(missing_ok=True)
         for path in (self.events_path, self.checkpoint_path, self.checkpoint_path.with_name("checkpoint.prev"),
                      self.best_path):
@@ -198,6 +203,28 @@ class RunDir:
 
     def log_metrics(self, row: dict) -> None:
         self.append_jsonl(self.metrics_path, [row])
+
+    def record_evaluation(self, *, split: str, iteration: int, policy: str, metrics: dict) -> dict:
+        """Append one evaluation: its split, the iteration whose policy played (-1: before any RL update),
+        which policy ("last", "best", or an exported model's path) and its metrics (`reward_mean`, ...,
+        unprefixed). Returns the row."""
+        row = {"split": split, "iteration": iteration, "policy": policy, **metrics}
+        self.append_jsonl(self.evaluations_path, [row])
+        return row
+
+    def evaluations(self, split: str | None = None) -> list[dict]:
+        """The recorded evaluations (of one split), oldest first; [] where none."""
+        if not self.evaluations_path.is_file():
+            return []
+        rows = []
+        for line in self.evaluations_path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if split is None or row.get("split") == split:
+                rows.append(row)
+        return rows
 
     def truncate_jsonl(self, path: Path, keep) -> None:
         """Keep the lines of a JSONL file whose row `keep(row)` accepts (unreadable lines are dropped)."""

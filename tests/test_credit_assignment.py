@@ -49,7 +49,7 @@ def blind_success_on_eval_episodes() -> float:
     """The best a feedback-blind policy does on the evaluation's own episodes: it says one digit on
     the scoring turn whatever happened, so it scores on the most frequent target (the expectation is
     1/4; a finite set of 400 targets is not exactly uniform: 0.3175 for seed 0)."""
-    env = make_env("smoke:hidden_digit", seed=SEED, for_eval=True, max_turns=2, **ENV_OPTIONS)
+    env = make_env("smoke:hidden_digit", seed=SEED, split="validation", max_turns=2, **ENV_OPTIONS)
     targets = Counter()
     for s in eval_seeds(SEED, EVAL_EPISODES):
         env.reset(seed=s)

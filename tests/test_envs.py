@@ -230,8 +230,8 @@ def test_reasoning_gym_seeding(env_id):
     for _ in range(7):
         veteran.reset()
     assert veteran.reset(seed=99)[0] == make_env(env_id, seed=2, **small).reset(seed=99)[0]
-    # The eval instances draw from a different pool and seed stream.
-    assert make_env(env_id, seed=1, for_eval=True).reset()[0] != questions(1, 1)[0]
+    # The validation instances draw from a different pool and seed stream.
+    assert make_env(env_id, seed=1, split="validation").reset()[0] != questions(1, 1)[0]
 
 
 # ---------------------------------------------------------------- math

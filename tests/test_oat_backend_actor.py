@@ -385,7 +385,7 @@ def test_actor_math_envs_step_from_a_thread():
     from oat_dppo.config import TrainConfig
 
     cfg = TrainConfig(env="math:procedural", env_option=("tasks=basic_arithmetic", "max_digits=1", "answer=number"))
-    env = build_envs(DPPOActor._env_config(SimpleNamespace(cfg=cfg)), 1, for_eval=False)[0]
+    env = build_envs(DPPOActor._env_config(SimpleNamespace(cfg=cfg)), 1, split="train")[0]
     try:
         env.reset(seed=0)
         out: dict = {}

@@ -76,6 +76,28 @@ def blind_guesser(prompt: str, rng: random.Random) -> str:
     return f"\\boxed{{{rng.randint(low, high)}}}"
 
 
+def blind_sweep(prompt: str, rng: random.Random) -> str:
+    """The next number of the range not guessed yet, whatever the hints said: the best a player that ignores
+    every reply can do (k distinct guesses win k / range; 0.4 on 1..10 in 4 turns). Reads its own earlier
+    guesses from the prompt, never the directions."""
+    from oat_dppo_envs.games import GUESS_THE_NUMBER  # noqa: PLC0415
+
+    low, high = guess_range(prompt)
+    guessed = {int(g) for g, _ in GUESS_THE_NUMBER._HINT.findall(prompt)}
+    return f"\\boxed{{{next((n for n in range(low, high + 1) if n not in guessed), low)}}}"
+
+
+def sudoku_random_empty(prompt: str, rng: random.Random) -> str:
+    """A random empty cell of the newest board and a random digit: reads where the board is empty, never which
+    digits its rows, columns and boxes hold (the Sudoku bound that does not use the rules)."""
+    from oat_dppo_envs.games import SUDOKU  # noqa: PLC0415
+
+    board = SUDOKU.board(prompt)
+    empty = [(r, c) for r in range(len(board)) for c in range(len(board)) if board[r][c] == 0] or [(0, 0)]
+    r, c = rng.choice(empty)
+    return "\\boxed{%d %d %d}" % (r + 1, c + 1, rng.randint(1, len(board)))
+
+
 def sudoku_allowed(board: list[list[int]], r: int, c: int) -> list[int]:
     """The digits cell (r, c) (0-based) allows: those its row, column and box do not hold yet."""
     from oat_dppo_envs.games import sudoku_units  # noqa: PLC0415 (the env package's own reading of a board)
@@ -139,6 +161,10 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
     "noisy_bisect": Demonstrator(noisy_bisect, "game:GuessTheNumber",
                                  "the middle of the hints' interval one time in four, else a random guess inside it"),
     "blind_guesser": Demonstrator(blind_guesser, "game:GuessTheNumber", "a random guess, hints ignored"),
+    "blind_sweep": Demonstrator(blind_sweep, "game:GuessTheNumber",
+                                "the next number not guessed yet, hints ignored (the best blind player)"),
+    "random_empty": Demonstrator(sudoku_random_empty, "game:Sudoku",
+                                 "a random digit in a random empty cell (the board's digits unread)"),
     "board_rules": Demonstrator(sudoku_board_rules, "game:Sudoku",
                                 "a digit the board's row, column and box allow, most constrained cell first"),
     "board_rules_worked": Demonstrator(sudoku_board_rules_worked, "game:Sudoku",

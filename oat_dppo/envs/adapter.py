@@ -15,6 +15,7 @@ from oat_dppo.envs.actions import is_well_formed
 from oat_dppo.envs.errors import EnvResetError, EnvStepError
 from oat_dppo.envs.imports import accepts_keyword as _accepts, load_object
 from oat_dppo.envs.seeding import PrivateGlobalRNG, draw_episode_seed, episode_seed_stream
+from oat_dppo.envs.splits import MAX_DRAWS, SplitExhausted, check_split, redraw_seed, split_of, task_key
 
 HISTORY_MODES = ("concat", "concat_with_action", "last", "chat")
 
@@ -117,6 +118,10 @@ class TextEnv:
       baselines rely on this) and reseeds that generator. Envs that use the global `random` /
       `np.random` (GEM's games) get a private copy of that state (see `seeding.py`), so they are
       reproducible and leave the caller's global generators alone.
+    * Splits (`oat_dppo.envs.splits`): an instance built for a split (`split="train"`, `"validation"`,
+      `"test"`) plays only tasks of that split: reset draws again, from seeds derived from the one asked
+      for, until the task's key falls in it; `info["episode_seed"]` is the seed that drew the task
+      (`reset(seed=info["episode_seed"])` replays it in any instance). `split=None` plays every task.
     * Errors: if the wrapped env raises in `step` (or breaks the return contract) the adapter
       raises `EnvStepError` (`EnvResetError` for `reset`), chained to the cause. The episode is
       then over: the caller drops it (counting `env_errors`) and calls `reset()` again.
@@ -139,6 +144,7 @@ class TextEnv:
         isolate_step_rng: bool = False,
         partial_credit: bool = True,
         global_rng: PrivateGlobalRNG | None = None,
+        split: str | None = None,
     ):
         if history not in HISTORY_MODES:
             raise ValueError(f"history must be one of {HISTORY_MODES}, got {history!r}")
@@ -155,6 +161,8 @@ class TextEnv:
         self.obs_suffix = obs_suffix
         self.action_format = action_format
         self.action_pattern = action_pattern
+        self.split = check_split(split)
+        task_key(preset.split_key, seed=0, observation="")  # a bad preset fails here, not at the first reset
         self._inner = inner
         self._isolate_step_rng = isolate_step_rng
         self._global_rng = global_rng or PrivateGlobalRNG(seed)
@@ -212,16 +220,7 @@ class TextEnv:
         else:
             episode_seed = draw_episode_seed(self._episode_seeds)
         with self._lock:
-            try:
-                with self._global_rng.active():
-                    result = self._inner.reset(seed=episode_seed)
-            except Exception as e:
-                self._done = True
-                raise EnvResetError(
-                    f"{self.env_id}: reset(seed={episode_seed}) raised {type(e).__name__}: {e}",
-                    env_id=self.env_id, turn=0,
-                ) from e
-            obs, info = self._unpack_reset(result, episode_seed)
+            obs, info, episode_seed = self._reset_in_split(episode_seed)
             self._turn = 0
             self._done = False
             self._episode_seed = episode_seed
@@ -286,6 +285,30 @@ class TextEnv:
         return f"TextEnv({self.env_id!r}, seed={self.seed}, max_turns={self.max_turns})"
 
     # -- internals ----------------------------------------------------------------------------
+    def _reset_in_split(self, seed: int) -> tuple[str, dict[str, Any], int]:
+        """(observation, info, seed that drew it) of the first draw for `seed` whose task is in the split."""
+        for attempt in range(MAX_DRAWS if self.split is not None else 1):
+            episode_seed = redraw_seed(seed, attempt)
+            try:
+                with self._global_rng.active():
+                    result = self._inner.reset(seed=episode_seed)
+            except Exception as e:
+                self._done = True
+                raise EnvResetError(
+                    f"{self.env_id}: reset(seed={episode_seed}) raised {type(e).__name__}: {e}",
+                    env_id=self.env_id, turn=0,
+                ) from e
+            obs, info = self._unpack_reset(result, episode_seed)
+            if self.split is None:
+                return obs, info, episode_seed
+            shown = f"{info.get('prefix', '')}{obs}{info.get('suffix', '')}"
+            if split_of(task_key(self.preset.split_key, seed=episode_seed, observation=shown)) == self.split:
+                return obs, info, episode_seed
+        self._done = True
+        raise SplitExhausted(
+            f"{self.env_id}: no {self.split} task in {MAX_DRAWS} draws from seed {seed}: its first observation "
+            f"does not vary with the seed; give its preset split_key=\"seed\" (oat_dppo_envs.preset.EnvPreset)")
+
     def _counterfactual(self, reply: str, info: dict[str, Any]) -> dict[str, Any] | None:
         """What the next turn's prompt would be had `reply` (the newest observation) said the other
         thing, everything else equal, with the moves to score and which of them `reply` favours

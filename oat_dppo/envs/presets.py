@@ -88,7 +88,7 @@ def _hub_preset(env_id: str, family: str) -> EnvPreset:
     # GEM ids load their data from the hub; the grader (named by the entry point) fixes the
     # answer format: MathEnv and RuleTaker read \boxed{}, CodeEnv a code block, QaEnv <answer>.
     entry_point = _gem_entry_point(env_id)
-    base = EnvPreset(env_id, family, multi_turn=False, max_turns=1, hub_dataset=True)
+    base = EnvPreset(env_id, family, multi_turn=False, max_turns=1, hub_dataset=True, split_key="observation")
     if entry_point.endswith("code_env:CodeEnv"):
         return replace(
             base, action_format="code",

@@ -35,6 +35,7 @@ from oat_dppo.envs.presets import (
     takes_math_data,
 )
 from oat_dppo.envs.seeding import PrivateGlobalRNG
+from oat_dppo.envs.splits import check_split
 
 _LIST_HINT = "Run `python -m oat_dppo.envs --list` to see every id"
 
@@ -171,7 +172,9 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
       obs_suffix (instruction text around the observation; "" for none), action_format,
       action_pattern, isolate_step_rng, partial_credit (false: a reward between 0 and 1, a game's credit
       for a near miss, counts 0; a success and a format penalty stay), data_seed (seed of the shared question pool / math
-      shuffle), for_eval (shift seed and data_seed by the preset's eval_seed_offset).
+      shuffle), split ("train" | "validation" | "test": play only that split's tasks, `oat_dppo.envs.splits`;
+      validation shifts the instance seed and data_seed by the preset's eval_seed_offset, test by twice it;
+      default None: every task, unshifted).
     Math options: math_data (file for `math`, `math:*`, `eval:*`), question_key, answer_key,
       use_mp (grade in a subprocess; needed when stepping from threads), and for
       `math:procedural` size, tasks, answer (any | number: only a plain number in the box is graded) and
@@ -194,14 +197,14 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
             raise _unknown_env_error(env_id)
     preset: EnvPreset = get_preset(env_id)
 
-    for_eval = bool(options.pop("for_eval", False))
+    split = check_split(options.pop("split", None))
+    shift = preset.eval_seed_offset * {"validation": 1, "test": 2}.get(split, 0)  # each split its own pool
     data_seed = options.pop("data_seed", None)
     if data_seed is None:
-        data_seed = preset.data_seed + (preset.eval_seed_offset if for_eval else 0)
+        data_seed = preset.data_seed + shift
     if isinstance(data_seed, bool) or not isinstance(data_seed, int) or not 0 <= data_seed < 2**32:
         raise ValueError(f"data_seed must be an int in [0, 2**32), got {data_seed!r}")
-    if for_eval:
-        seed += preset.eval_seed_offset
+    seed += shift
     max_turns = options.pop("max_turns", None)
     adapter_options = dict(
         max_turns=preset.max_turns if max_turns is None else int(max_turns),
@@ -264,7 +267,7 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
         else:
             inner = _make_gem_env(env_id, spec, data_seed, env_kwargs, math_options)
 
-    return TextEnv(inner, env_id=env_id, seed=seed, preset=preset, global_rng=global_rng,
+    return TextEnv(inner, env_id=env_id, seed=seed, preset=preset, global_rng=global_rng, split=split,
                    **adapter_options)
 
 

@@ -43,7 +43,7 @@ def constant_response_reward(cfg: TrainConfig, response: str, episodes: int = EP
     if key in _cache:
         return _cache[key]
     try:
-        (env,) = build_envs(cfg, 1, for_eval=False)
+        (env,) = build_envs(cfg, 1, split="train")
     except (EnvError, ValueError, OSError):
         return math.nan
     total = 0.0
@@ -72,7 +72,7 @@ def feedback_blind_success(cfg: TrainConfig) -> float:
     key = ("blind", *_env_key(cfg))
     if key not in _cache:
         try:
-            (env,) = build_envs(cfg, 1, for_eval=False)
+            (env,) = build_envs(cfg, 1, split="train")
         except (EnvError, ValueError, OSError):
             return math.nan
         try:

@@ -52,7 +52,8 @@ from oat_dppo.models import (
 )
 from oat_dppo.provenance import provenance
 from oat_dppo.rundir import RunDir, RunDirError, checkpoint_exists, checkpoint_iteration
-from oat_dppo.seeds import derive_seed, episode_seeds, eval_seeds
+from oat_dppo.envs.splits import split_seeds
+from oat_dppo.seeds import derive_seed, episode_seeds
 from oat_dppo.stopping import StopSignals, say, stop_status
 from oat_dppo.threads import choose_threads
 from oat_dppo.trust_region import requirements
@@ -127,7 +128,7 @@ def build_engine(cfg: TrainConfig, model, tokenizer, prompt: PromptFormat, *, to
     settings = vllm_engine.VLLMSettings(
         gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, dtype=cfg.engine_dtype,
         enforce_eager=cfg.vllm_enforce_eager, max_logprobs=max(20, topk), seed=cfg.seed,
-        head_dtype=cfg.vllm_head_dtype, sequences=max(cfg.episodes_per_iteration, cfg.eval_episodes),
+        head_dtype=cfg.vllm_head_dtype, sequences=max(cfg.episodes_per_iteration, cfg.eval_episodes, cfg.test_episodes),
     )
     source = engine_model_source(cfg.model, model, tokenizer, scratch)
     engine = vllm_engine.ColocatedVLLM.launch(source, settings, stop_token_ids=stops)
@@ -178,8 +179,10 @@ class LocalTrainer:
                                               threads=cfg.threads)
         # Cheapest checks first: a bad strategy or env id fails before the model loads.
         self.trust_region = build_trust_region(cfg)
-        self.envs = build_envs(cfg, cfg.episodes_per_iteration, for_eval=False)
-        self.eval_envs = build_envs(cfg, cfg.eval_episodes, for_eval=True) if cfg.eval_every and cfg.eval_episodes else []
+        self.envs = build_envs(cfg, cfg.episodes_per_iteration, split="train")
+        self.eval_envs = build_envs(cfg, cfg.eval_episodes, split="validation") if cfg.eval_every and cfg.eval_episodes else []
+        # the test split's, built at the run's end (a math env's pool costs time)
+        self.test_envs: list = []
         self.model, self.tokenizer = build_policy(cfg, self.device)
         self.template = resolve_template(cfg, self.model)
         preset = self.envs[0].preset
@@ -351,6 +354,14 @@ class LocalTrainer:
     def run(self) -> int:
         cfg = self.cfg
         if self.finished:
+            if self._test_due():  # stopped during its test evaluation
+                self.run_dir = RunDir(self.run_dir_path, create=False)
+                with StopSignals(lambda sig: self._on_signal(sig, None)):
+                    try:
+                        self._test_at_end()
+                    except (Interrupted, KeyboardInterrupt):
+                        self.close()
+                        return stop_status(self._stop_signal or signal.SIGINT)
             print(f"nothing to do: {self.run_dir_path} has {self.start_iteration} iterations, and --iterations is "
                   f"{cfg.iterations}; raise --iterations above {self.start_iteration} to train longer", file=self.out)
             self.close()
@@ -390,6 +401,11 @@ class LocalTrainer:
                               f"{row['time/iteration_s']:.1f} s", file=self.out, flush=True)
                     if self._stop_requested:
                         raise Interrupted("signal")
+                if bar is not None:
+                    bar.close()
+                    bar = None
+                if self._test_due():
+                    self._test_at_end()
             except (Interrupted, KeyboardInterrupt):
                 if bar is not None:
                     bar.close()
@@ -399,8 +415,6 @@ class LocalTrainer:
         if interrupted:
             self._after_interruption(saved=last_saved + 1)
             return stop_status(self._stop_signal or signal.SIGINT)
-        if bar is not None:
-            bar.close()
         if not cfg.keep_checkpoint:
             shutil.rmtree(self.run_dir.checkpoint_path, ignore_errors=True)
         print(f"done: {cfg.iterations} iterations in {self.run_dir.path} "
@@ -560,22 +574,53 @@ class LocalTrainer:
         self._log_episodes(iteration, episodes)
         return row
 
-    def evaluate(self, iteration: int) -> dict:
+    def evaluate(self, iteration: int, split: str = "validation") -> dict:
+        """Play the split's evaluation episodes with the policy as it is (`oat_dppo.envs.splits`): validation
+        as the run goes (`eval/*`), test once at its end (`test/*`)."""
+        envs = self.eval_envs if split == "validation" else self._test_envs()
+        prefix = "eval" if split == "validation" else split
         self._phase = "rollout"
         t0 = time.perf_counter()
         episodes, stats = play_episodes(
-            self.engine, self.eval_envs, eval_seeds(self.cfg.seed, len(self.eval_envs)), self.prompt,
-            max_new_tokens=self.max_new_tokens, topk=0, generation_seed=derive_seed(self.cfg.seed, "eval-gen", iteration),
+            self.engine, envs, split_seeds(split, len(envs), self.cfg.seed), self.prompt,
+            max_new_tokens=self.max_new_tokens, topk=0,
+            generation_seed=derive_seed(self.cfg.seed, "eval-gen" if split == "validation" else f"{split}-gen", iteration),
             temperature=self.cfg.eval_temperature,
         )
         scorer = lambda: ModelMovePolicy(self.model, self.tokenizer, self.cfg.response_prefix)  # noqa: E731
         held_out = held_out_metrics(episodes, lambda obs: self.prompt.encode(obs)[0], scorer)
-        out = {f"eval/{k}": v for k, v in held_out.items()}
+        out = {f"{prefix}/{k}": v for k, v in held_out.items()}
         self._phase = "log"
-        out["eval/env_errors"] = stats.env_errors
-        out["time/eval_s"] = time.perf_counter() - t0
-        out["time/eval_generate_s"] = stats.generate_seconds  # the episodes' generation, inside time/eval_s
+        out[f"{prefix}/env_errors"] = stats.env_errors
+        out[f"time/{prefix}_s"] = time.perf_counter() - t0
+        out[f"time/{prefix}_generate_s"] = stats.generate_seconds  # the episodes' generation, inside time/eval_s
         return out
+
+    def _test_envs(self) -> list:
+        if not self.test_envs:
+            self.test_envs = build_envs(self.cfg, self.cfg.test_episodes, split="test")
+        return self.test_envs
+
+    def _final_iteration(self) -> int:
+        return self.cfg.iterations - 1  # -1: a run of no RL iteration (a warm start alone)
+
+    def _test_due(self) -> bool:
+        """The run ends with a test evaluation it has not recorded yet (--test-episodes, --eval-every > 0)."""
+        if not (self.cfg.test_episodes and self.cfg.eval_every):
+            return False
+        done = RunDir(self.run_dir_path, create=False).evaluations("test") if self.run_dir_path.is_dir() else []
+        return not any(r.get("iteration") == self._final_iteration() and r.get("policy") == "last" for r in done)
+
+    def _test_at_end(self) -> None:
+        """The run's one test evaluation, of its final policy, into evaluations.jsonl."""
+        print(f"test evaluation: {self.cfg.test_episodes} episodes of the test split", file=self.out, flush=True)
+        out = self.evaluate(self._final_iteration(), split="test")
+        metrics = {k[len("test/"):]: v for k, v in out.items() if k.startswith("test/")}
+        metrics["seconds"] = out["time/test_s"]
+        self._phase = "save"
+        self.run_dir.record_evaluation(split="test", iteration=self._final_iteration(), policy="last", metrics=metrics)
+        print(f"test: reward {metrics['reward_mean']:.3f} over {int(metrics['episodes'])} episodes "
+              f"(success {metrics.get('success_rate', math.nan):.3f})", file=self.out, flush=True)
 
     def _log_episodes(self, iteration: int, episodes: list[Episode]) -> None:
         rows = []
@@ -623,6 +668,6 @@ class LocalTrainer:
             else:
                 self.writer.finish()
             self.writer = None
-        for env in self.envs + self.eval_envs:
+        for env in self.envs + self.eval_envs + self.test_envs:
             env.close()
         shutil.rmtree(self.scratch, ignore_errors=True)

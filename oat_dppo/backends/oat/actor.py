@@ -103,13 +103,14 @@ class DPPOActor(PPOActor):
         return logps, "/".join(self.llm.collective_rpc(_weights_checksum))
 
     # -- environments ------------------------------------------------------------------------------------
-    def _envs_for(self, n: int, *, for_eval: bool) -> list:
-        """n environment instances, built once and grown when needed (episodes reset them with their seeds)."""
-        pool = self._eval_envs if for_eval else self._envs
+    def _envs_for(self, n: int, *, split: str) -> list:
+        """n environment instances of the split ("train" or "validation"), built once and grown when needed
+        (episodes reset them with their seeds)."""
+        pool = self._eval_envs if split == "validation" else self._envs
         if len(pool) < n:
             for env in pool:
                 env.close()
-            pool[:] = build_envs(self._env_config(), n, for_eval=for_eval)
+            pool[:] = build_envs(self._env_config(), n, split=split)
         return pool[:n]
 
     def _env_config(self):
@@ -135,7 +136,7 @@ class DPPOActor(PPOActor):
             seeds = [derive_seed(self.seed_base, "oat-train", actor_id, self.steps_done, rounds, s)
                      for s in range(n_slots) for _ in range(g)]
             episodes, stats = play_episodes(
-                self.engine, self._envs_for(len(seeds), for_eval=False), seeds, self.prompt,
+                self.engine, self._envs_for(len(seeds), split="train"), seeds, self.prompt,
                 max_new_tokens=args.generate_max_length, topk=self.topk,
                 generation_seed=derive_seed(self.seed_base, "oat-gen", actor_id, self.steps_done, rounds),
             )
@@ -168,7 +169,7 @@ class DPPOActor(PPOActor):
         if not (seeds := [int(s) for s in seeds]):
             return {"episodes": 0.0}, []
         episodes, _ = play_episodes(
-            self.eval_engine, self._envs_for(len(seeds), for_eval=True), seeds, self.prompt,
+            self.eval_engine, self._envs_for(len(seeds), split="validation"), seeds, self.prompt,
             max_new_tokens=args.eval_generate_max_length or args.generate_max_length, topk=0,
             generation_seed=derive_seed(self.seed_base, "oat-eval", self.steps_done),
         )

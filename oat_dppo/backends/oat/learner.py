@@ -39,7 +39,7 @@ from oat_dppo.models import freeze_all_but_top_layers
 from oat_dppo.config import to_dict
 from oat_dppo.provenance import provenance
 from oat_dppo.rundir import RunDir, append_jsonl
-from oat_dppo.seeds import eval_seeds
+from oat_dppo.envs.splits import split_seeds
 from oat_dppo.trust_region import requirements
 
 cpu.apply()  # in the learner's node process: Oat's CUDA-only lines on a machine without CUDA (no-op with CUDA)
@@ -317,7 +317,7 @@ class DPPOLearner(PPOLearner):
         self._pre_evaluate()
         shared = [{k: math.nan for k in EVAL_KEYS}, []]  # (metrics, reply-effect cases), rank 0's for every rank
         if self.strategy.is_rank_0():
-            seeds = eval_seeds(args.seed, args.eval_episodes)
+            seeds = split_seeds("validation", args.eval_episodes, args.seed)
             n = len(self.actors)
             done = [f.result() for f in [a.futures.evaluate_episodes(seeds[i::n])
                                          for i, a in enumerate(self.actors) if seeds[i::n]]]
