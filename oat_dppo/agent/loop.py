@@ -104,7 +104,8 @@ def play_episodes(
     t0 = clock()
     for i, (env, ep) in enumerate(zip(envs, episodes)):
         try:
-            observations[i], _ = env.reset(seed=ep.seed)
+            observations[i], info = env.reset(seed=ep.seed)
+            ep.info["task_seed"] = int(info.get("episode_seed", ep.seed))  # the draw in the env's split (splits.py)
         except EnvError as e:
             _fail(ep, stats, e)
     stats.env_seconds += clock() - t0

@@ -35,7 +35,7 @@ from oat_dppo.envs.presets import (
     takes_math_data,
 )
 from oat_dppo.envs.seeding import PrivateGlobalRNG
-from oat_dppo.envs.splits import check_split
+from oat_dppo.envs.splits import BUCKETS, EVAL_SPLITS, check_split
 
 _LIST_HINT = "Run `python -m oat_dppo.envs --list` to see every id"
 
@@ -240,6 +240,11 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
             f"eval:MATH500, ...), not {env_id!r}"
         )
     env_kwargs = {**preset.env_kwargs, **options}
+    # A held-out split keeps 1 task in BUCKETS of its pool: a pool BUCKETS times larger gives it as many distinct
+    # tasks as a training pool has (a generated pool: reasoning-gym's, math:procedural's; a file stays as it is).
+    pool_scale = BUCKETS if split in EVAL_SPLITS else 1
+    if pool_scale > 1 and "size" in env_kwargs:
+        env_kwargs["size"] = int(env_kwargs["size"]) * pool_scale
     # A GEM game stops by itself at its registered max_turns: move that limit too.
     if max_turns is not None and family == "game" and spec is not None and "max_turns" in spec.kwargs:
         env_kwargs["max_turns"] = int(max_turns)
@@ -254,7 +259,7 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
                                      answer_key=math_options["answer_key"])
             inner = make_math_env(dataset, data_seed=data_seed, use_mp=math_options["use_mp"], **env_kwargs)
         elif env_id == PROCEDURAL_MATH_ID:
-            size = int(env_kwargs.pop("size", DEFAULT_PROCEDURAL_SIZE))
+            size = int(env_kwargs.pop("size", DEFAULT_PROCEDURAL_SIZE * pool_scale))
             tasks = env_kwargs.pop("tasks", DEFAULT_PROCEDURAL_TASKS)
             answer = env_kwargs.pop("answer", "any")
             # Every other option is a setting of the reasoning-gym tasks (checked there).

@@ -1,0 +1,425 @@
+"""The mission table's study: every cell's arms over seeds, each scored once on the test split.
+
+    python -m oat_dppo.study.mission experiments/mission_table.toml             # run / go on where it stopped
+    python -m oat_dppo.study.mission experiments/mission_table.toml --dry-run   # what is done, what is left
+    python -m oat_dppo.study.mission experiments/mission_table.toml --report    # the table and figure from the CSV
+
+A cell is an environment, a model and a backend. Its arms (`ARMS`), for each seed:
+
+* `blind`: the best scripted player that ignores the env's replies (`demo:NAME`);
+* `demonstrator`: the scripted player the warm start imitates;
+* `warm_start`: the model after the warm start's stages alone (each stage a run from the previous one's
+  exported policy, the last one scored on test);
+* `rl`: the recipe's RL from that warm start's export;
+* `control`: the same RL from the same export with the advantages shuffled within each batch.
+
+Each arm's test evaluation is one row of the CSV (`COLUMNS`), appended as soon as it exists; a row present
+means that arm and seed are done, so a stopped study (or a fresh clone with the committed CSV) goes on where
+it stopped. Each finished run's records (config.json, metrics.jsonl, evaluations.jsonl, warm_start.jsonl)
+are copied under `records`; the run directories (checkpoints, exported models) stay under `out`, uncommitted.
+
+The file:
+
+    [table]
+    out = "runs/mission_table"                # run directories
+    csv = "docs/results/mission_table.csv"
+    records = "docs/results/mission_table"
+    test_episodes = 256
+    jobs = 2                                  # runs at once (give each --threads 1)
+
+    [[cell]]
+    name = "gtn_smollm2"
+    env = "game:GuessTheNumber-v0-easy"
+    model = "smollm2"
+    backend = "local"
+    seeds = [0, 1, 2]
+    blind = "demo:blind_sweep"
+    demonstrator = "demo:noisy_bisect"
+    common = { ... }                          # options of python -m oat_dppo.main for every run of the cell
+    warm_start = [{ ... }, { ... }]           # its stages' options
+    rl = { ... }                              # the RL's options; keep_best = true scores the best validation policy
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (the Oat profile)
+    import tomli as tomllib
+
+from oat_dppo.study.spec import FIELDS, option_args
+
+ARMS = ("blind", "demonstrator", "warm_start", "rl", "control")
+COLUMNS = ("env", "model", "backend", "arm", "seed", "split", "episodes", "mean", "solved", "std")
+RECORDED_FILES = ("config.json", "metrics.jsonl", "evaluations.jsonl", "warm_start.jsonl")
+CELL_KEYS = {"name", "env", "model", "backend", "seeds", "blind", "demonstrator", "common", "warm_start", "rl",
+             "solved", "test_episodes"}
+TABLE_KEYS = {"out", "csv", "records", "test_episodes", "jobs"}
+
+
+class MissionError(ValueError):
+    """A bad mission file: one line each, all of them."""
+
+
+@dataclass
+class Cell:
+    name: str
+    env: str
+    model: str
+    backend: str
+    seeds: list[int]
+    blind: str | None
+    demonstrator: str | None
+    common: dict[str, Any]
+    warm_start: list[dict[str, Any]]
+    rl: dict[str, Any]
+    solved: bool = True  # the game has a notion of solving (success); False leaves the column empty
+    test_episodes: int = 256  # [table] test_episodes unless the cell sets its own (a Sudoku board costs ~20 s)
+
+
+@dataclass
+class Mission:
+    path: Path
+    out: Path
+    csv: Path
+    records: Path
+    test_episodes: int
+    jobs: int
+    cells: list[Cell] = field(default_factory=list)
+
+
+def _options(where: str, options: Any, errors: list[str]) -> dict[str, Any]:
+    if not isinstance(options, dict):
+        errors.append(f"{where}: a table of python -m oat_dppo.main options, got {options!r}")
+        return {}
+    for key in options:
+        if key not in FIELDS:
+            errors.append(f"{where}: {key!r} is not an option of python -m oat_dppo.main")
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+
+
+def load(path: str | Path) -> Mission:
+    """The mission file, checked: every problem at once in a `MissionError`."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise MissionError(f"{path}: {e}") from None
+    errors: list[str] = []
+    table = data.get("table", {})
+    errors += [f"{path}: [table] {k!r}: unknown (one of {sorted(TABLE_KEYS)})" for k in table if k not in TABLE_KEYS]
+    mission = Mission(path, Path(table.get("out", "runs/mission_table")),
+                      Path(table.get("csv", "docs/results/mission_table.csv")),
+                      Path(table.get("records", "docs/results/mission_table")),
+                      int(table.get("test_episodes", 256)), int(table.get("jobs", 1)))
+    for i, raw in enumerate(data.get("cell", [])):
+        where = f"{path}: [[cell]] {raw.get('name', i)}"
+        errors += [f"{where}: {k!r}: unknown (one of {sorted(CELL_KEYS)})" for k in raw if k not in CELL_KEYS]
+        missing = [k for k in ("name", "env", "model", "seeds", "rl", "warm_start") if k not in raw]
+        if missing:
+            errors.append(f"{where}: needs {', '.join(missing)}")
+            continue
+        for arm in ("blind", "demonstrator"):
+            if raw.get(arm) is not None and not str(raw[arm]).startswith("demo:"):
+                errors.append(f"{where}: {arm} must be a scripted player demo:NAME, got {raw[arm]!r}")
+        mission.cells.append(Cell(
+            name=raw["name"], env=raw["env"], model=raw["model"], backend=raw.get("backend", "local"),
+            seeds=[int(s) for s in raw["seeds"]], blind=raw.get("blind"), demonstrator=raw.get("demonstrator"),
+            common=_options(f"{where} common", raw.get("common", {}), errors),
+            warm_start=[_options(f"{where} warm_start[{j}]", s, errors) for j, s in enumerate(raw["warm_start"])],
+            rl=_options(f"{where} rl", raw["rl"], errors), solved=bool(raw.get("solved", True)),
+            test_episodes=int(raw.get("test_episodes", mission.test_episodes))))
+    if any(c.backend != "local" for c in mission.cells):
+        errors.append(f"{path}: backend 'oat' cells are not run by this runner yet (local only)")
+    if errors:
+        raise MissionError("\n".join(errors))
+    return mission
+
+
+# ---- the CSV: one row an arm and seed -----------------------------------------------------------------
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def row_key(row: dict) -> tuple:
+    return (row["env"], row["model"], row["backend"], row["arm"], str(row["seed"]), row["split"])
+
+
+_CSV_LOCK = threading.Lock()
+
+
+def append_row(path: Path, row: dict) -> None:
+    with _CSV_LOCK:
+        new = not path.is_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            if new:
+                writer.writeheader()
+            writer.writerow({k: row.get(k, "") for k in COLUMNS})
+
+
+def table_row(cell: Cell, arm: str, seed: int, evaluation: dict) -> dict:
+    """A CSV row from a test evaluation (`RunDir.record_evaluation`'s row)."""
+    return {"env": cell.env, "model": cell.model, "backend": cell.backend, "arm": arm, "seed": seed,
+            "split": evaluation["split"], "episodes": int(evaluation["episodes"]),
+            "mean": f"{evaluation['reward_mean']:.6f}",
+            "solved": f"{evaluation['success_rate']:.6f}" if cell.solved else "",
+            "std": f"{evaluation.get('reward_std', float('nan')):.6f}"}
+
+
+# ---- the work: runs and evaluations -------------------------------------------------------------------
+
+@dataclass
+class Work:
+    """What one (cell, arm, seed) needs done: `steps` in order, then its row."""
+    cell: Cell
+    arm: str
+    seed: int
+    after: tuple[str, ...] = ()  # keys of the work that must finish first
+
+    @property
+    def key(self) -> str:
+        return f"{self.cell.name}/{self.arm}/s{self.seed}"
+
+
+class Runner:
+    def __init__(self, mission: Mission, *, python: str = sys.executable, out=sys.stdout,
+                 arms: tuple[str, ...] = ARMS, cells: tuple[str, ...] | None = None):
+        self.mission, self.python, self.out, self.arms = mission, python, out, arms
+        if cells is not None:
+            unknown = set(cells) - {c.name for c in mission.cells}
+            if unknown:
+                raise MissionError(f"no cell {', '.join(sorted(unknown))} in {mission.path}")
+            mission.cells = [c for c in mission.cells if c.name in cells]
+        self.done = {row_key(r) for r in read_rows(mission.csv)}
+        self.rows = {row_key(r): r for r in read_rows(mission.csv)}
+
+    def say(self, text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=self.out, flush=True)
+
+    # -- plan --------------------------------------------------------------------------------------
+    def _key(self, cell: Cell, arm: str, seed: int) -> tuple:
+        return (cell.env, cell.model, cell.backend, arm, str(seed), "test")
+
+    def plan(self) -> list[Work]:
+        """Every arm and seed not in the CSV yet, scripted arms first (minutes), then the warm starts, then RL
+        (of the chosen arms; RL brings its warm start along where that is not made yet)."""
+        everything = self._plan()
+        needed = {a for w in everything if w.arm in self.arms for a in w.after}
+        return [w for w in everything if w.arm in self.arms or w.key in needed]
+
+    def _plan(self) -> list[Work]:
+        work = []
+        for cell in self.mission.cells:
+            for seed in cell.seeds:
+                for arm in ("blind", "demonstrator"):
+                    if getattr(cell, arm) and self._key(cell, arm, seed) not in self.done:
+                        work.append(Work(cell, arm, seed))
+        for cell in self.mission.cells:
+            for seed in cell.seeds:
+                rl_left = [a for a in ("rl", "control") if self._key(cell, a, seed) not in self.done]
+                warm = Work(cell, "warm_start", seed)
+                if self._key(cell, "warm_start", seed) not in self.done or (
+                        rl_left and not self._export(cell, seed, len(cell.warm_start)).joinpath("config.json").is_file()):
+                    work.append(warm)  # (again where a later session lacks its exported policy)
+                work += [Work(cell, a, seed, after=(warm.key,) if warm in work else ()) for a in rl_left]
+        return work
+
+    # -- paths and commands ------------------------------------------------------------------------
+    def _dir(self, cell: Cell, seed: int, name: str) -> Path:
+        return self.mission.out / cell.name / f"s{seed}" / name
+
+    def _export(self, cell: Cell, seed: int, stage: int) -> Path:
+        return self._dir(cell, seed, f"warm{stage}") / "model"
+
+    def _main(self, run_dir: Path, options: dict[str, Any]) -> list[str]:
+        if (run_dir / "config.json").is_file() and (run_dir / "checkpoint").exists():
+            return [self.python, "-m", "oat_dppo.main", "--resume", str(run_dir), "--threads", "1", "--no-progress"]
+        return ([self.python, "-m", "oat_dppo.main"] + option_args(options)
+                + ["--run-dir", str(run_dir), "--threads", "1", "--no-progress"])
+
+    def _call(self, cmd: list[str], log: Path) -> None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as f:
+            f.write(f"$ {' '.join(cmd)}\n")
+            f.flush()
+            code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if code != 0:
+            raise RuntimeError(f"{' '.join(cmd[:4])} ... exited with {code}; its log: {log}")
+
+    def _test_row(self, run_dir: Path, policy: str = "last") -> dict:
+        rows = [json.loads(line) for line in (run_dir / "evaluations.jsonl").read_text().splitlines() if line.strip()]
+        tests = [r for r in rows if r.get("split") == "test" and r.get("policy") == policy]
+        if not tests:
+            raise RuntimeError(f"{run_dir}: no test evaluation of its {policy} policy")
+        return tests[-1]
+
+    def _record(self, cell: Cell, seed: int, run_dir: Path) -> None:
+        target = self.mission.records / cell.name / f"s{seed}" / run_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        for name in RECORDED_FILES:
+            if (run_dir / name).is_file():
+                shutil.copyfile(run_dir / name, target / name)
+
+    def _base(self, cell: Cell, seed: int) -> dict[str, Any]:
+        return {"env": cell.env, **cell.common, "seed": seed}
+
+    # -- each arm ------------------------------------------------------------------------------------
+    def _scripted(self, work: Work) -> dict:
+        cell, seed = work.cell, work.seed
+        run_dir = self._dir(cell, seed, work.arm)
+        policy = getattr(cell, work.arm)
+        options = {**self._base(cell, seed), "model": cell.model}
+        self._call([self.python, "-m", "oat_dppo.evaluate", "--policy", policy, "--out", str(run_dir), "--split",
+                    "test", "--episodes", str(work.cell.test_episodes), "--"] + option_args(options),
+                   run_dir.with_suffix(".log"))
+        self._record(cell, seed, run_dir)
+        return self._test_row(run_dir, policy)
+
+    def _warm_start(self, work: Work) -> dict:
+        cell, seed = work.cell, work.seed
+        model = cell.model
+        for stage, options in enumerate(cell.warm_start, 1):
+            run_dir, export = self._dir(cell, seed, f"warm{stage}"), self._export(cell, seed, stage)
+            last = stage == len(cell.warm_start)
+            if not (export / "config.json").is_file():
+                scored = {"test_episodes": work.cell.test_episodes} if last else {"test_episodes": 0}
+                self._call(self._main(run_dir, {**self._base(cell, seed), "model": model, **options, **scored,
+                                                "iterations": 0}), run_dir.with_suffix(".log"))
+                self._call([self.python, "-m", "oat_dppo.export", str(run_dir), str(export), "--overwrite"],
+                           run_dir.with_suffix(".log"))
+                self._record(cell, seed, run_dir)
+            model = str(export)
+        row = self._test_row(self._dir(cell, seed, f"warm{len(cell.warm_start)}"))
+        recorded = self.rows.get(self._key(cell, "warm_start", seed))
+        if recorded is not None and abs(float(recorded["mean"]) - row["reward_mean"]) > 1e-9:
+            self.say(f"warning: {work.key}: the warm start made again scores {row['reward_mean']:.4f} on test, the "
+                     f"recorded one {float(recorded['mean']):.4f}: RL starts from another policy than the row's")
+        return row
+
+    def _rl(self, work: Work) -> dict:
+        cell, seed = work.cell, work.seed
+        run_dir = self._dir(cell, seed, work.arm)
+        options = {**self._base(cell, seed), "model": str(self._export(cell, seed, len(cell.warm_start))), **cell.rl,
+                   "test_episodes": work.cell.test_episodes, "shuffle_advantages": work.arm == "control"}
+        log = run_dir.with_suffix(".log")
+        self._call(self._main(run_dir, options), log)
+        policy = "last"
+        if options.get("keep_best"):  # the policy validation chose, scored on test
+            policy = "best"
+            if not any(r.get("policy") == "best" for r in _evaluations(run_dir)):
+                self._call([self.python, "-m", "oat_dppo.evaluate", str(run_dir), "--split", "test", "--best",
+                            "--episodes", str(work.cell.test_episodes)], log)
+        self._record(cell, seed, run_dir)
+        return self._test_row(run_dir, policy)
+
+    def _do(self, work: Work) -> dict:
+        do: Callable[[Work], dict] = {"blind": self._scripted, "demonstrator": self._scripted,
+                                      "warm_start": self._warm_start}.get(work.arm, self._rl)
+        self.say(f"start {work.key}")
+        evaluation = do(work)
+        row = table_row(work.cell, work.arm, work.seed, evaluation)
+        if self._key(work.cell, work.arm, work.seed) not in self.done:
+            append_row(self.mission.csv, row)
+            self.done.add(self._key(work.cell, work.arm, work.seed))
+        self.say(f"done {work.key}: test mean {row['mean']} over {row['episodes']} episodes")
+        return row
+
+    def run(self) -> int:
+        """Every arm left, `jobs` at a time, each as soon as what it starts from exists."""
+        todo = self.plan()
+        finished: set[str] = set()
+        failed: list[str] = []
+        running: dict[Future, Work] = {}
+        with ThreadPoolExecutor(max_workers=max(1, self.mission.jobs)) as pool:
+            while todo or running:
+                for work in [w for w in todo if all(a in finished for a in w.after)]:
+                    if len(running) >= max(1, self.mission.jobs):
+                        break
+                    todo.remove(work)
+                    running[pool.submit(self._do, work)] = work
+                if not running:  # what is left waits on work that failed
+                    failed += [w.key for w in todo]
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    work = running.pop(future)
+                    try:
+                        future.result()
+                        finished.add(work.key)
+                    except Exception as e:  # one arm's failure leaves the others going
+                        self.say(f"failed {work.key}: {e}")
+                        failed.append(work.key)
+        if failed:
+            self.say(f"not done: {', '.join(failed)} (run the same command again to retry)")
+            return 1
+        self.say(f"every arm done: {self.mission.csv}")
+        return 0
+
+
+def _evaluations(run_dir: Path) -> list[dict]:
+    path = run_dir / "evaluations.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m oat_dppo.study.mission", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("file", help="the mission file (experiments/mission_table.toml)")
+    parser.add_argument("--dry-run", action="store_true", help="print what is done and what is left; run nothing")
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help=f"only these arms, comma-separated (default: all, {','.join(ARMS)})")
+    parser.add_argument("--cells", default=None, help="only these cells (their names), comma-separated")
+    parser.add_argument("--report", action="store_true",
+                        help="write the table (markdown) and its figure from the CSV; run nothing")
+    args = parser.parse_args(argv)
+    try:
+        mission = load(args.file)
+    except MissionError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if args.report:
+        from oat_dppo.study.mission_table import write_report  # noqa: PLC0415 (matplotlib only here)
+
+        for path in write_report(mission.csv):
+            print(f"wrote {path}")
+        return 0
+    arms = tuple(a for a in args.arms.split(",") if a)
+    if set(arms) - set(ARMS):
+        print(f"--arms: unknown {', '.join(sorted(set(arms) - set(ARMS)))} (one of {', '.join(ARMS)})", file=sys.stderr)
+        return 2
+    try:
+        runner = Runner(mission, arms=arms, cells=tuple(args.cells.split(",")) if args.cells else None)
+    except MissionError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(f"{len(runner.done)} rows in {mission.csv}; left, in order:")
+        for work in runner.plan():
+            print(f"  {work.key}" + (f" (after {', '.join(work.after)})" if work.after else ""))
+        return 0
+    return runner.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
