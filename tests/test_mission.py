@@ -1,0 +1,136 @@
+"""The mission table's study end to end with a tiny model (oat_dppo.study.mission), the evaluation CLI
+(oat_dppo.evaluate) and the table's intervals (oat_dppo.study.mission_table)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.child import child_env
+
+from oat_dppo.main import main
+from oat_dppo.study.mission import ARMS, COLUMNS, MissionError, Runner, load
+from oat_dppo.study.mission_table import MARK_BEGIN, MARK_END, replace_block, separated, summarize
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--model", "tiny-qwen3", "--engine", "hf", "--threads", "1", "--no-progress", "--log", "none"]
+GTN = ["--env", "game:GuessTheNumber-v0-easy", "--response-prefix", "\\boxed{", "--max-new-tokens", "4"]
+
+
+def evaluate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "oat_dppo.evaluate", *args], capture_output=True, text=True,
+                          cwd=REPO, env=child_env(), timeout=300)
+
+
+def test_a_run_ends_with_one_test_evaluation_that_evaluate_repeats(tmp_path):
+    run_dir = tmp_path / "run"
+    assert main([*TINY, *GTN, "--run-dir", str(run_dir), "--iterations", "1", "--episodes-per-iteration", "4",
+                 "--eval-every", "1", "--eval-episodes", "4", "--test-episodes", "6"]) == 0
+    (row,) = [json.loads(line) for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
+    assert (row["split"], row["iteration"], row["policy"], row["episodes"]) == ("test", 0, "last", 6)
+    # the validation evaluations stay in metrics.jsonl as eval/*; the test one is not there
+    assert not any(k.startswith("test/") for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+                   for k in json.loads(line))
+    proc = evaluate(str(run_dir), "--split", "test", "--episodes", "6")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.loads((run_dir / "evaluations.jsonl").read_text().splitlines()[-1])
+    # the same policy, test episodes and generation seed: the same episodes
+    assert again["reward_mean"] == row["reward_mean"] and again["turns_mean"] == row["turns_mean"]
+    assert "test: reward" in proc.stderr
+
+
+def test_evaluate_refuses_what_it_cannot_do(tmp_path):
+    proc = evaluate()
+    assert proc.returncode == 2 and "RUN_DIR" in proc.stderr
+    proc = evaluate("--policy", "demo:nope", "--out", str(tmp_path / "x"), "--", *GTN)
+    assert proc.returncode == 2 and "demo:blind_sweep" in proc.stderr
+    proc = evaluate("--policy", "demo:blind_sweep", "--", *GTN)
+    assert proc.returncode == 2 and "--out" in proc.stderr
+    proc = evaluate(str(tmp_path / "missing"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+MISSION = """
+[table]
+out = "{out}"
+csv = "{csv}"
+records = "{records}"
+test_episodes = 6
+jobs = 2
+
+[[cell]]
+name = "tiny_gtn"
+env = "game:GuessTheNumber-v0-easy"
+model = "tiny-qwen3"
+seeds = [0]
+blind = "demo:blind_sweep"
+demonstrator = "demo:bisect"
+common = {{ response_prefix = "\\\\boxed{{", max_new_tokens = 4, engine = "hf", log = "none", env_option = ["partial_credit=false"] }}
+warm_start = [{{ warm_start = "demo:bisect", warm_start_episodes = 4, warm_start_steps = 2, warm_start_batch = 4, eval_every = 1, eval_episodes = 2 }}]
+rl = {{ iterations = 1, episodes_per_iteration = 4, group_size = 2, eval_every = 1, eval_episodes = 2, keep_best = true }}
+"""
+
+
+@pytest.mark.slow
+def test_the_mission_study_fills_its_table_and_goes_on_where_it_stopped(tmp_path):
+    path = tmp_path / "mission.toml"
+    path.write_text(MISSION.format(out=tmp_path / "runs", csv=tmp_path / "table.csv", records=tmp_path / "records"))
+    mission = load(path)
+    assert Runner(mission, out=open("/dev/null", "w")).run() == 0
+    with open(tmp_path / "table.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == COLUMNS
+    assert sorted(r["arm"] for r in rows) == sorted(ARMS)
+    assert {(r["split"], r["episodes"], r["seed"]) for r in rows} == {("test", "6", "0")}
+    assert float(next(r["mean"] for r in rows if r["arm"] == "demonstrator")) == 1.0  # bisecting wins 1..10 in 4
+    # RL and its control start from the warm start's export; the control's advantages are shuffled
+    configs = {arm: json.loads((tmp_path / "records/tiny_gtn/s0" / arm / "config.json").read_text())
+               for arm in ("rl", "control")}
+    assert configs["rl"]["model"] == configs["control"]["model"] == str(tmp_path / "runs/tiny_gtn/s0/warm1/model")
+    assert (configs["rl"]["shuffle_advantages"], configs["control"]["shuffle_advantages"]) == (False, True)
+    # --keep-best: the row is the best validation policy's test evaluation
+    evaluations = [json.loads(x) for x in (tmp_path / "records/tiny_gtn/s0/rl/evaluations.jsonl").read_text().splitlines()]
+    assert [e["policy"] for e in evaluations] == ["last", "best"]
+    # a second call has nothing left to do, and runs nothing
+    again = Runner(load(path), out=open("/dev/null", "w"))
+    assert again.plan() == [] and again.run() == 0
+    assert len((tmp_path / "table.csv").read_text().splitlines()) == len(ARMS) + 1
+
+
+def test_a_bad_mission_file_names_every_problem(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[table]\nwhat = 1\n[[cell]]\nname = "c"\nenv = "e"\nmodel = "m"\nseeds = [0]\n'
+                    'blind = "bisect"\nwarm_start = [{ warm_startt = "demo:bisect" }]\nrl = { learning_rate = 1e-4 }\n')
+    with pytest.raises(MissionError) as e:
+        load(path)
+    text = str(e.value)
+    assert "'what'" in text and "demo:NAME" in text and "warm_startt" in text
+
+
+def row(arm, seed, mean, std, episodes=100, solved=""):
+    return {"env": "e", "model": "m", "backend": "local", "arm": arm, "seed": str(seed), "split": "test",
+            "episodes": str(episodes), "mean": str(mean), "solved": solved, "std": str(std)}
+
+
+def test_intervals_by_hand():
+    (one,) = summarize([row("rl", 0, 0.5, 0.5)])
+    assert one.mean == 0.5 and math.isclose(one.half_width, 1.96 * 0.05)  # one seed: the tasks' error alone
+    (two,) = summarize([row("rl", 0, 0.5, 0.5), row("rl", 1, 0.7, 0.5)])
+    # seeds: sd 0.1414 / sqrt 2 = 0.1, t(1) = 12.706; tasks: sqrt(0.25 / 100) = 0.05
+    assert math.isclose(two.mean, 0.6) and math.isclose(two.half_width, math.hypot(12.706 * 0.1, 1.96 * 0.05))
+    assert two.solved is None
+    rl, control = summarize([row("rl", s, 0.9, 0.3, 256) for s in range(3)]
+                            + [row("control", s, m, 0.45, 256) for s, m in enumerate((0.6, 0.65, 0.62))])
+    assert [rl.arm, control.arm] == ["rl", "control"] and separated(rl, control) and not separated(control, rl)
+
+
+def test_the_table_replaces_only_its_block():
+    page = f"# Results\n{MARK_BEGIN}\nold\n{MARK_END}\nbelow\n"
+    assert replace_block(page, "| new |\n") == f"# Results\n{MARK_BEGIN}\n| new |\n{MARK_END}\nbelow\n"
+    with pytest.raises(ValueError):
+        replace_block("# no block\n", "x")
