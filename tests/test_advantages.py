@@ -151,10 +151,11 @@ def test_group_pushes_down_the_late_turns_of_the_best_episode_and_group_episode_
 
 
 def seen(seed: int, steps: list[tuple[str, float]]) -> Episode:
-    """An episode of turns that answered these observations with these rewards."""
+    """An episode of turns shown these states (the prompt the policy saw: one token id a state) with these rewards."""
     e = episode(seed, [r for _, r in steps])
-    for t, (obs, _) in zip(e.turns, steps):
-        t.observation = obs
+    for t, (state, _) in zip(e.turns, steps):
+        t.observation = state
+        t.prompt_ids = [sum(map(ord, state)), len(state)]
     return e
 
 
@@ -177,15 +178,41 @@ def test_gigpo_compares_turns_that_saw_the_same_state_by_hand():
 
 
 def test_gigpo_without_shared_states_is_its_episode_term_and_groups_do_not_mix():
-    """No two turns of a group saw the same observation: every turn gets the episode term (group_norm's
-    G_0 version) and nothing else. The same observation in another group (another seed) is another state."""
+    """No two turns of a group saw the same state: every turn gets the episode term and nothing else. The same
+    state in another group (another seed) is another state."""
     group = [seen(1, [("a", 0.0), ("b", 1.0)]), seen(1, [("c", 0.0)]), seen(2, [("a", 1.0)]), seen(2, [("d", 0.0)])]
     assign_advantages(group, "gigpo", gamma=0.9)
     for members in (group[:2], group[2:]):
-        g0 = np.array([m.turns[0].ret for m in members])
-        a_ep = (g0 - g0.mean()) / (g0.std() + EPS)
+        totals = np.array([sum(t.reward for t in m.turns) for m in members])
+        a_ep = (totals - totals.mean()) / (totals.std() + EPS)
         for m, a in zip(members, a_ep):
             assert [t.advantage for t in m.turns] == [pytest.approx(a, abs=1e-12)] * len(m.turns)
+
+
+def test_gigpo_episode_term_is_the_undiscounted_total_by_hand():
+    """gamma 0.9: two episodes of one group both win once, one at turn 2, one at turn 3. Their totals R are
+    equal (1 and 1), so the episode term is 0 for both; the discounted G_0 (0.9 against 0.81) would have
+    ranked the faster win above. States differ everywhere, so the step term is 0 too: every advantage is 0."""
+    group = [seen(3, [("a", 0.0), ("b", 1.0)]), seen(3, [("c", 0.0), ("d", 0.0), ("e", 1.0)])]
+    assign_advantages(group, "gigpo", gamma=0.9)
+    assert advantages(group) == [[0.0, 0.0], [0.0, 0.0, 0.0]]
+    assert [t.ret for t in group[1].turns] == pytest.approx([0.81, 0.9, 1.0])  # returns-to-go stay discounted
+
+
+def test_gigpo_steps_group_by_the_whole_state_the_policy_sees():
+    """Under history=chat the policy sees the whole conversation: two turns whose newest reply reads the same
+    ("low") after different earlier turns were shown different prompts, and are not one step group. Turns
+    shown one prompt are: returns-to-go [1, 0] (gamma 1) give the step term +-1 / (0.5 + eps) * 0.5."""
+    same_reply_other_history = [seen(4, [("s0", 0.0), ("s0|3 low", 1.0)]), seen(4, [("s0", 0.0), ("s0|7 low", 0.0)])]
+    for e in same_reply_other_history:
+        e.turns[1].observation = "low"  # the newest observation alone: what the step key read before
+    assign_advantages(same_reply_other_history, "gigpo", gamma=1.0)
+    a_ep = 1 / (0.5 + EPS) * 0.5
+    first = a_ep * 2  # the shared first state: step term equal to the episode term
+    assert np.allclose(advantages(same_reply_other_history), [[first, a_ep], [-first, -a_ep]], atol=1e-9)
+    same_state = [seen(4, [("s0", 0.0), ("s0|3 low", 1.0)]), seen(4, [("s0", 0.0), ("s0|3 low", 0.0)])]
+    assign_advantages(same_state, "gigpo", gamma=1.0)
+    assert np.allclose(advantages(same_state), [[first, 2 * a_ep], [-first, -2 * a_ep]], atol=1e-9)
 
 
 def test_unknown_mode_is_refused():

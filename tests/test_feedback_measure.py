@@ -119,3 +119,34 @@ def test_a_tiny_local_run_reports_the_reply_effect_at_evaluation(tmp_path):
     assert -1.0 <= row["eval/reply_effect"] <= 1.0
     assert abs(row["eval/reply_effect"]) < 0.2  # an untrained random model barely reads anything
     assert "rollout/hint_direction_agreement" in row and "rollout/feedback_follow_rate" not in row
+
+
+@pytest.mark.parametrize("history", ["concat", "concat_with_action", "last", "chat"])
+def test_a_blind_policy_scores_zero_under_every_history_mode(history):
+    """Through the agent loop, as evaluations score it: the changed prompt is built as the real one was. Under
+    `chat` the real prompt is the whole conversation; a changed prompt of the changed reply alone (the measure
+    before the fix) shows the sweep fewer replies than the real one, and the sweep's move differs: not 0."""
+    from oat_dppo.agent.demonstrations import Demonstrator, ScriptedEngine
+    from oat_dppo.agent.loop import PromptFormat, play_episodes
+    from oat_dppo.agent.reply_effect import cases_from_episodes
+    from oat_dppo.models import load_tokenizer
+
+    prompt = PromptFormat(load_tokenizer("smollm2"), "chatml", None, "")
+    envs = [make_env("smoke:hidden_digit", seed=i, history=history, max_turns=4) for i in range(24)]
+    moves = envs[0].unwrapped.reply_moves("")
+    end = prompt.stop_token_ids()[:1]
+    for name, choose, expected in (("sweep", sweep, 0.0), ("constant", constant, 0.0)):
+        player = ScriptedEngine(Demonstrator(lambda text, rng: moves[choose(text, moves)], "smoke", name), prompt,
+                                end, seed=0)
+        episodes, _ = play_episodes(player, envs, list(range(24)), prompt, max_new_tokens=8)
+        cases = cases_from_episodes(episodes)
+        assert cases, (history, name)
+        assert reply_effect(Scripted(choose), cases) == expected, (history, name)
+    # the measure can pass: a reader that sees every reply (concat, chat) moves with them
+    if history in ("concat", "chat"):
+        player = ScriptedEngine(Demonstrator(lambda text, rng: moves[binary_search(text, moves)], "smoke", "reader"),
+                                prompt, end, seed=0)
+        episodes, _ = play_episodes(player, envs, list(range(24)), prompt, max_new_tokens=8)
+        assert reply_effect(Scripted(binary_search), cases_from_episodes(episodes)) > 0.9
+    for env in envs:
+        env.close()

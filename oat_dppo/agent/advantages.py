@@ -40,11 +40,13 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
     group_episode: G_0 - mean G_0 over the group, the same for every turn of an episode: the paper's
                    sequence-level advantage R(y) - mean R (under eq. 9; Shao et al.) with a whole trajectory as y.
 
-    gigpo:         GiGPO (Feng et al. 2025, eq. 7-9): an episode-level term, (G_0 - mean G_0) / std G_0 over the
-                   group, plus a step-level term: the turns of the group's episodes that answered the same
-                   observation (an anchor state: the same board, the same hints) form a step group, and a
-                   turn's return-to-go is compared with the step group's, (G_t - mean G_t) / std G_t; 0 for a
-                   turn whose observation no other turn of the group saw. Weight 1 on both terms (the paper's).
+    gigpo:         GiGPO (Feng et al. 2025, eq. 7-9): an episode-level term, (R - mean R) / std R over the group
+                   with R the episode's total reward, undiscounted (the paper's R(tau) = sum_t r_t), plus a
+                   step-level term: the turns of the group's episodes that were shown the same prompt (an anchor
+                   state as the policy sees it under the history mode: the whole conversation under `chat`, the
+                   whole history under `concat`, the newest observation under `last`) form a step group, and a
+                   turn's discounted return-to-go is compared with the step group's, (G_t - mean G_t) / std G_t;
+                   0 for a turn whose prompt no other turn of the group saw. Weight 1 on both terms (the paper's).
 
     In a single-turn group all three group modes agree up to the scale (G_t = G_0). Over several turns,
     `group` and `group_norm` compare a turn's return-to-go with the group's whole-episode return: both are
@@ -108,7 +110,7 @@ def _assign(live: Sequence[Episode], mode: AdvantageMode, gamma: float, eps: flo
                     t.advantage = 0.0
             continue
         if mode == "gigpo":
-            _assign_gigpo(members, returns, eps)
+            _assign_gigpo(members, eps)
             continue
         for m, episode_return in zip(members, returns):
             for t in m.turns:
@@ -116,13 +118,14 @@ def _assign(live: Sequence[Episode], mode: AdvantageMode, gamma: float, eps: flo
                 t.advantage = float((credited - baseline) / scale)
 
 
-def _assign_gigpo(members: Sequence[Episode], returns: np.ndarray, eps: float) -> None:
-    """GiGPO over one group (`returns`: each member's G_0; every turn's `ret` is set)."""
-    episode_term = (returns - returns.mean()) / (returns.std() + eps)  # [members]
-    steps: dict[str, list] = defaultdict(list)  # observation -> the group's turns that answered it
+def _assign_gigpo(members: Sequence[Episode], eps: float) -> None:
+    """GiGPO over one group (every turn's discounted `ret` is set)."""
+    totals = np.array([sum(t.reward for t in m.turns) for m in members], dtype=np.float64)  # [members] R(tau)
+    episode_term = (totals - totals.mean()) / (totals.std() + eps)  # [members]
+    steps: dict[tuple[int, ...], list] = defaultdict(list)  # the prompt's ids -> the group's turns shown it
     for m in members:
         for t in m.turns:
-            steps[t.observation].append(t)
+            steps[tuple(t.prompt_ids)].append(t)
     step_term: dict[int, float] = {}
     for turns in steps.values():
         rets = np.array([t.ret for t in turns], dtype=np.float64)

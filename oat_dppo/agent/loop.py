@@ -129,6 +129,9 @@ def play_episodes(
                 continue
             seen, observations[i] = observations[i], obs
             counterfactual, counterfactuals[i] = counterfactuals.get(i), info.get("counterfactual")
+            if counterfactual is not None:  # this prompt with the changed reply, built as the real one was
+                changed = _next_prompt(prompt, envs[i], ep, counterfactual["changed_observation"])[0]
+                counterfactual = {**counterfactual, "changed_prompt": changed}
             ep.turns.append(
                 Turn(
                     prompt_ids=encoded[i][1],

@@ -72,9 +72,10 @@ def _by_moves(cases: Sequence[Case]) -> dict[tuple[str, ...], list[Case]]:
     return groups
 
 
-def cases_from_episodes(episodes: Sequence[Episode], encode: Callable[[str], str]) -> list[Case]:
-    """The `Case`s of the turns that carry a counterfactual; `encode` renders an observation as the
-    policy's prompt text (`PromptFormat.encode(obs)[0]`), as the real prompt was."""
+def cases_from_episodes(episodes: Sequence[Episode]) -> list[Case]:
+    """The `Case`s of the turns that carry a counterfactual. The changed prompt is the one the agent loop built
+    beside the real one, the same way (`play_episodes`): under `history=chat` the whole conversation so far with
+    only the newest reply changed, not a one-turn prompt of that reply, which a blind policy could tell apart."""
     out = []
     for e in episodes:
         if e.error is not None:
@@ -82,18 +83,17 @@ def cases_from_episodes(episodes: Sequence[Episode], encode: Callable[[str], str
         for t in e.turns:
             cf = t.counterfactual
             if cf and cf.get("moves"):
-                out.append(Case(t.prompt_text, encode(cf["changed_observation"]), tuple(cf["moves"]),
+                out.append(Case(t.prompt_text, cf["changed_prompt"], tuple(cf["moves"]),
                                 tuple(bool(f) for f in cf["favoured"])))
     return out
 
 
-def held_out_metrics(episodes: Sequence[Episode], encode: Callable[[str], str],
-                     move_policy: Callable[[], "MovePolicy"]) -> dict[str, float]:
+def held_out_metrics(episodes: Sequence[Episode], move_policy: Callable[[], "MovePolicy"]) -> dict[str, float]:
     """An evaluation's metrics, on both backends: `episode_metrics`, and the reply effect (with the turns it
     scored) where the env declares how its replies change; `move_policy()` builds the scorer only then."""
     from oat_dppo.agent.metrics import episode_metrics  # noqa: PLC0415 (metrics imports nothing of this)
 
-    cases = cases_from_episodes(episodes, encode)
+    cases = cases_from_episodes(episodes)
     return {**episode_metrics(episodes), **scored(cases, move_policy)}
 
 

@@ -174,8 +174,7 @@ class DPPOActor(PPOActor):
             generation_seed=derive_seed(self.seed_base, "oat-eval", self.steps_done),
         )
         m = episode_metrics(episodes)
-        return {k: float(m.get(k, math.nan)) for k in EVAL_KEYS}, cases_from_episodes(
-            episodes, lambda obs: self.prompt.encode(obs)[0])
+        return {k: float(m.get(k, math.nan)) for k in EVAL_KEYS}, cases_from_episodes(episodes)
 
 
 __all__ = ["DPPOActor", "MAX_ROUNDS"]
