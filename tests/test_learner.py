@@ -392,3 +392,20 @@ def test_peer_strategies_train_through_the_learner(policy, name, params):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     for k in ("loss", "grad_norm", "kept_frac", "ratio_max"):
         assert np.isfinite(metrics[k]), k
+
+
+def test_turns_in_loss_counts_what_the_loss_computed_and_a_dropped_turn_is_missing(policy):
+    """`turns_in_loss` is counted where the loss is computed: every turn sent is there, and a turn the learner
+    drops (its tokens masked out of the loss, as an untrained turn's are) is not, though it was sent."""
+    from oat_dppo.learner.loop import run_update
+    from oat_dppo.learner.learner import _TorchOptimizerHooks
+
+    turns = sampled_turns(policy, n=5)
+    learner = Learner(copy.deepcopy(policy[0]), make_trust_region("dppo_binary_tv"),
+                      LearnerConfig(learning_rate=1e-4, mini_batch_size=2, micro_batch_size=1), pad_id=0)
+    assert learner.update(turns, random.Random(0))["turns_in_loss"] == 5.0
+    batch, plan = learner.prepare(turns, random.Random(0))
+    batch.response_mask[3] = False  # the learner-side drop
+    out = run_update(learner.model, batch, plan, learner.trust_region,
+                     _TorchOptimizerHooks(learner.optimizer, 1.0), device="cpu")
+    assert out["turns_in_loss"] == 4.0 and len(turns) == 5

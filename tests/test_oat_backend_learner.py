@@ -476,3 +476,26 @@ def test_check_sync_without_a_probe_logs_no_sync_metrics(tok, monkeypatch):
     with H.single_process_group():
         learner.sync_params_to_actors()
     assert set(learner._sync_info) == set(SYNC_KEYS) and learner._sync_info["sync/probe_tokens"] > 0
+
+
+def test_a_packed_chat_episode_weighs_what_its_row_costs():
+    """The balance weight of an episode is the tokens of the rows `to_token_batch` computes for it: a
+    `history=chat` episode of 3 turns, each prompt extending the last, is one row, as long as its last turn's
+    prompt and response; summing every turn's prompt would count the opening three times. A turn whose prompt
+    does not extend the last is a row of its own and adds its whole length."""
+    import numpy as np
+
+    from oat_dppo.agent.types import Turn
+    from oat_dppo.backends.oat.data import episode_data, episode_tokens, to_token_batch
+
+    def turn(prompt, response):
+        return Turn(prompt_ids=prompt, response_ids=response, behavior_logprobs=np.zeros(len(response), np.float32),
+                    reward=0.0, done=False, truncated=False, well_formed=True, finish_reason="stop", advantage=1.0)
+
+    chat = [turn([1, 2, 3, 4], [5, 6]), turn([1, 2, 3, 4, 5, 6, 7], [8]), turn([1, 2, 3, 4, 5, 6, 7, 8, 9], [10, 11])]
+    item = episode_data(chat)
+    batch, _, rows = to_token_batch([(0, t) for t in item.turns], topk=0, pad_id=0)
+    assert rows == [[0, 1, 2]] and episode_tokens(item) == int(batch.attention_mask.sum()) == 11
+    apart = episode_data(chat[:2] + [turn([9, 9], [1])])  # the third turn starts a new conversation
+    batch, _, rows = to_token_batch([(0, t) for t in apart.turns], topk=0, pad_id=0)
+    assert rows == [[0, 1], [2]] and episode_tokens(apart) == int(batch.attention_mask.sum()) == 8 + 3

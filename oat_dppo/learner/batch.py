@@ -83,6 +83,14 @@ class TokenBatch:
         seg = self.segment_ids[rows]
         return int(torch.unique(seg[seg >= 0]).numel())
 
+    def trained_turns(self, rows: Sequence[int] | Tensor) -> set[int]:
+        """The turns (their index among the turns collated) of `rows` with at least one token in the loss."""
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        mask = self.response_mask[rows]  # [R, T]
+        if self.segment_ids is None:
+            return {int(r) for r, m in zip(rows, mask) if bool(m.any())}
+        return {int(s) for s in torch.unique(self.segment_ids[rows][mask])}
+
     @property
     def num_rows(self) -> int:
         return int(self.input_ids.shape[0])

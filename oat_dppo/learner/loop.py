@@ -310,7 +310,8 @@ def run_update(
     """Run `plan` over `batch` (micro-batches moved to `device` one at a time; `layout`: `policy_logprobs`'s).
     Returns the update's metrics: the trust region's (token-weighted over micro-batches), `entropy`, `loss` (mean
     per step), `grad_norm` (mean over steps) and `grad_norm_max`, `optimizer_steps`, `skipped_steps`,
-    `train_tokens` (response tokens trained, epochs counted), and `mismatch_mean` / `mismatch_max`:
+    `train_tokens` (response tokens trained, epochs counted), `turns_in_loss` (the turns with a token in a loss this
+    rank computed: where "every turn played is trained" is counted), and `mismatch_mean` / `mismatch_max`:
     |pi - mu| on the first optimizer step's tokens, where pi is still pi_old, so the
     training-inference mismatch alone (`prob_diff_*` also hold the later steps' policy drift).
 
@@ -324,6 +325,7 @@ def run_update(
     acc = MetricAccumulator()
     before_update = MetricAccumulator()  # the first step's micro-batches: no optimizer step yet
     losses, norms, tokens = [], [], 0.0
+    in_loss: set[int] = set()
     for index, step in enumerate(plan):
         rows = [r for micro in step for r in micro]
         step_tokens = float(batch.response_mask[torch.as_tensor(rows, dtype=torch.long)].sum())
@@ -346,6 +348,7 @@ def run_update(
             if not micro:
                 continue
             step_loss += float(loss.detach())
+            in_loss |= batch.trained_turns(micro)
             acc.add(metrics, float(mb.num_tokens))
             if index == 0:
                 before_update.add(metrics, float(mb.num_tokens))
@@ -366,5 +369,6 @@ def run_update(
         optimizer_steps=float(len(plan)),
         skipped_steps=float(len(norms) - len(finite)),
         train_tokens=tokens,
+        turns_in_loss=float(len(in_loss)),
     )
     return out

@@ -57,8 +57,12 @@ def episode_data(turns: Sequence[Turn], *, ignore_no_eos: bool = False, info: di
 
 
 def episode_tokens(item: TransitionData) -> int:
-    """Prompt and response tokens the learner computes for an item (an episode's turns, or one turn)."""
-    return sum(len(t.prompt_ids) + len(t.response_ids) for t in turns_of(item))
+    """Prompt and response tokens the learner computes for an item (an episode's turns, or one turn): each row
+    `to_token_batch` packs it into costs its last turn's prompt and response. A `history=chat` episode, whose
+    prompts each extend the one before, is one row: its last turn's length, not the sum of its turns' (which
+    counts the conversation's opening once a turn)."""
+    turns = turns_of(item)
+    return sum(len(turns[r[-1]].prompt_ids) + len(turns[r[-1]].response_ids) for r in chains(turns, [0] * len(turns)))
 
 
 def turns_of(item: TransitionData) -> list:

@@ -229,7 +229,6 @@ class DPPOLearner(PPOLearner):
         if batch.advantages is None:  # plain TransitionData: Oat's group Monte-Carlo advantages
             final = torch.tensor([t.rewards[-1] for _, t in turns], dtype=torch.float32)
             batch.advantages = self.compute_monte_carlo_advantages(final[:, None] * args.reward_scale, None)[:, None]
-        adv_stats = batch.advantages.detach().float()
 
         recompute_s = 0.0
         if needs_pi_old(self.trust_region, args.mu_source):
@@ -243,6 +242,8 @@ class DPPOLearner(PPOLearner):
                 batch.advantages = torch.where(batch.response_mask, batch.advantages * tis, torch.zeros_like(tis))
             recompute_s = time.perf_counter() - t0
         batch.response_mask = batch.response_mask & trained  # Oat's loss_masks
+        # [N] the advantage of each trained token: a packed row's padding and untrained turns are not data
+        adv_stats = torch.broadcast_to(batch.advantages.detach().float(), batch.response_mask.shape)[batch.response_mask]
 
         hooks = _DeepSpeedHooks(self)
         layout = sequence_layout(policy, reduced_during_backward=args.zero_stage == 2 and hooks.world > 1)
@@ -258,8 +259,11 @@ class DPPOLearner(PPOLearner):
                              logits_chunk_tokens=args.logits_chunk_tokens, layout=layout)
         self._optimizer_steps += int(metrics["optimizer_steps"])
         infos = {k: torch.tensor(float(v)) for k, v in metrics.items()}
-        infos.update(recompute_s=torch.tensor(recompute_s), adv_mean=adv_stats.mean(), adv_min=adv_stats.min(),
-                     adv_max=adv_stats.max())
+        empty = adv_stats.numel() == 0  # a rank whose share holds no trained token: NaN, not a crash
+        infos.update(recompute_s=torch.tensor(recompute_s), turns_received=torch.tensor(float(len(turns))),
+                     adv_mean=adv_stats.mean() if not empty else torch.tensor(math.nan),
+                     adv_min=adv_stats.min() if not empty else torch.tensor(math.nan),
+                     adv_max=adv_stats.max() if not empty else torch.tensor(math.nan))
         return infos
 
     # -- weight sync, checked (--check-sync) -----------------------------------------------------------
