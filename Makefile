@@ -14,7 +14,7 @@ PIP     = $(PY) -m pip
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast bench gpu-results gpu-results-all land-gpu clean setup-gpu setup-peers setup-gemma
+.PHONY: setup run test test-fast bench mission-table gpu-results gpu-results-all land-gpu clean setup-gpu setup-peers setup-gemma
 
 setup: $(VENV)/.installed
 
@@ -102,6 +102,12 @@ $(VENV)/.gemma-installed:
 
 bench: setup
 	$(PY) -m benchmarks trust-region
+
+# The mission table (issue 67): every cell's arms over seeds, each scored once on the test split; resumable
+# (a row of docs/results/mission_table.csv is done), then its table and figure from the CSV.
+mission-table: setup
+	$(PY) -m oat_dppo.study.mission experiments/mission_table.toml
+	$(PY) -m oat_dppo.study.mission experiments/mission_table.toml --report
 
 # On one GPU, after setup-gpu (or the offline kit, ../shared/gpu/README.md). A window of 15 minutes:
 # `make gpu-results` takes the next unfinished work in a fixed order to a deadline (WINDOW_S seconds):

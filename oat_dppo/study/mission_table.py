@@ -87,6 +87,30 @@ def separated(a: ArmSummary, b: ArmSummary) -> bool:
     return a.low > b.high
 
 
+def comparisons(summaries: Sequence[ArmSummary]) -> list[str]:
+    """One line a cell: RL against its control, its warm start and the blind bound, said only as far as the
+    intervals say it (`separated`); a cell without RL rows yet says what it lacks."""
+    lines = []
+    for cell in dict.fromkeys((s.env, s.model, s.backend) for s in summaries):
+        arms = {s.arm: s for s in summaries if (s.env, s.model, s.backend) == cell}
+        name = f"{cell[0]}, {cell[1]} ({cell[2]})"
+        rl = arms.get("rl")
+        if rl is None:
+            lines.append(f"- {name}: no RL row yet ({', '.join(arms)} measured).")
+            continue
+        said = [f"RL {rl.mean:.3f} on {len(rl.seeds)} seed(s)"]
+        for arm, label in (("control", "its shuffled-advantage control"), ("warm_start", "its warm start"),
+                           ("blind", "the blind bound")):
+            other = arms.get(arm)
+            if other is None:
+                said.append(f"no {label} row yet")
+            else:
+                verdict = "above, intervals apart" if separated(rl, other) else "not separated from"
+                said.append(f"{verdict} {label} ({other.mean:.3f})")
+        lines.append(f"- {name}: " + "; ".join(said) + ".")
+    return lines
+
+
 def markdown(summaries: Sequence[ArmSummary]) -> str:
     lines = ["| env | model | backend | arm | seeds | test episodes a seed | mean [95% interval] | solved | seeds' means |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -95,7 +119,7 @@ def markdown(summaries: Sequence[ArmSummary]) -> str:
         lines.append(f"| {s.env} | {s.model} | {s.backend} | {s.arm} | {len(s.seeds)} | {s.episodes} | "
                      f"**{s.mean:.3f}** [{s.low:.3f}, {s.high:.3f}] | {solved} | "
                      f"{', '.join(f'{m:.3f}' for m in s.seed_means)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + "\n".join(comparisons(summaries)) + "\n"
 
 
 def figure(summaries: Sequence[ArmSummary], path: Path) -> Path:
