@@ -219,7 +219,7 @@ class TrainConfig:
         "a start seed: group (a turn's return-to-go minus the group's mean episode return), group_norm (the "
         "same over the group's std), group_episode (every turn gets its episode's return minus the group's "
         "mean: the paper's sequence-level advantage; over many turns group pushes the late turns of good "
-        "episodes down, docs/results.md), gigpo (step-level credit, GiGPO: group_norm's episode term plus each "
+        "episodes down, docs/results/before_splits.md), gigpo (step-level credit, GiGPO: group_norm's episode term plus each "
         "turn's return-to-go against the group's other turns that saw the same observation).",
     )
     gamma: Optional[float] = opt(

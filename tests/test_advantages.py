@@ -125,7 +125,7 @@ def test_group_episode_credits_every_turn_with_its_episode_return():
 
 
 def test_group_pushes_down_the_late_turns_of_the_best_episode_and_group_episode_does_not():
-    """The bias behind Sudoku's format collapse (docs/results.md): a good episode collects its reward
+    """The bias behind Sudoku's format collapse (docs/results/before_splits.md): a good episode collects its reward
     early (correct placements) and then plays on without reward, so its return-to-go G_t falls to 0
     while `group`'s baseline is the group's mean G_0. The best episode's last 8 turns all get -baseline,
     and the group's advantages sum below zero over its turns though the episode returns are centred:

@@ -52,7 +52,7 @@ def assign_advantages(episodes: Sequence[Episode], mode: AdvantageMode = "batch_
     `group` and `group_norm` compare a turn's return-to-go with the group's whole-episode return: both are
     unbiased (the baseline does not depend on the action), but G_t shrinks along an episode that collects
     reward as it goes, so the late turns of the group's best episodes get negative advantages whatever
-    they did (docs/results.md, "Why the format broke"). `group_episode` credits every turn with its
+    they did (docs/results/before_splits.md, "Why the format broke"). `group_episode` credits every turn with its
     episode's outcome relative to its group.
     Episodes with an env error carry no turns to train and are ignored.
 

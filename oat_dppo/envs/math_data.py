@@ -171,7 +171,7 @@ def check_number_answer(model_answer: str, gt_answer: Any, *, grade: Any) -> boo
     r"""GEM's grade (`grade(model_answer, gt_answer)`), given only where the last boxed answer is a plain
     number. math-verify evaluates an expression, so `\boxed{1 + 66}` is right for 67: a policy that
     copies an arithmetic question into the box earns full reward without computing anything (measured:
-    SmolLM2 finds it within two iterations, docs/results.md)."""
+    SmolLM2 finds it within two iterations, docs/results/before_splits.md)."""
     boxed = last_boxed(model_answer)
     if boxed is None or not NUMBER_ANSWER.fullmatch(boxed.strip().strip("$").replace(" ", "")):
         return False
