@@ -105,7 +105,9 @@ class ScriptedEvaluations(LocalTrainer):
         super().__init__(*args, **kwargs)
         self.weights_at: dict[int, dict[str, torch.Tensor]] = {}
 
-    def evaluate(self, iteration):
+    def evaluate(self, iteration, split="validation"):
+        if split != "validation":  # the run's test evaluation at its end: played for real
+            return super().evaluate(iteration, split)
         self.weights_at[iteration] = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
         return {"eval/reward_mean": self.SCORES[iteration + 1], "eval/success_rate": 0.0}
 

@@ -9,6 +9,8 @@ stay the units of the loss (`segment_ids`) and of the advantages (per token)."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -90,6 +92,12 @@ class TokenBatch:
         if self.segment_ids is None:
             return {int(r) for r, m in zip(rows, mask) if bool(m.any())}
         return {int(s) for s in torch.unique(self.segment_ids[rows][mask])}
+
+    def advantage_stats(self) -> dict[str, float]:
+        """`adv_mean`, `adv_min`, `adv_max` over the tokens in the loss (a packed row's padding and untrained turns
+        are not data); NaN where there is none (a rank whose share trains nothing)."""
+        adv = torch.broadcast_to(self.advantages.detach().float(), self.response_mask.shape)[self.response_mask]  # [N]
+        return {f"adv_{k}": float(getattr(torch, k)(adv)) if adv.numel() else math.nan for k in ("mean", "min", "max")}
 
     @property
     def num_rows(self) -> int:

@@ -54,6 +54,12 @@ def main(argv: list[str] | None = None, *, out: IO | None = None, err: IO | None
     out = out or sys.stdout
     err = err or sys.stderr
     argv = sys.argv[1:] if argv is None else list(argv)
+    from oat_dppo.study.mission import is_mission_file  # noqa: PLC0415
+
+    if argv and not argv[0].startswith("-") and is_mission_file(argv[0]):  # the mission table's own runner
+        from oat_dppo.study.mission import main as mission_main  # noqa: PLC0415
+
+        return mission_main(argv)
     args = parse(StudyArgs, argv, prog="python -m oat_dppo.study", description=DESCRIPTION)
 
     def bad(lines: list[str]) -> int:

@@ -102,6 +102,15 @@ class Mission:
     cells: list[Cell] = field(default_factory=list)
 
 
+def is_mission_file(path: str | Path) -> bool:
+    """A mission file (`[table]` and `[[cell]]`), not a study file (`[study]`, `[base]`, `[grid]`)."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    return "cell" in data and "study" not in data
+
+
 def _options(where: str, options: Any, errors: list[str]) -> dict[str, Any]:
     if not isinstance(options, dict):
         errors.append(f"{where}: a table of python -m oat_dppo.main options, got {options!r}")

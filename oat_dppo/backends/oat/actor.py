@@ -104,8 +104,7 @@ class DPPOActor(PPOActor):
 
     # -- environments ------------------------------------------------------------------------------------
     def _envs_for(self, n: int, *, split: str) -> list:
-        """n environment instances of the split ("train" or "validation"), built once and grown when needed
-        (episodes reset them with their seeds)."""
+        """n envs of the split ("train", "validation"), built once and grown when needed (reset with their seeds)."""
         pool = self._eval_envs if split == "validation" else self._envs
         if len(pool) < n:
             for env in pool:

@@ -57,10 +57,7 @@ def episode_data(turns: Sequence[Turn], *, ignore_no_eos: bool = False, info: di
 
 
 def episode_tokens(item: TransitionData) -> int:
-    """Prompt and response tokens the learner computes for an item (an episode's turns, or one turn): each row
-    `to_token_batch` packs it into costs its last turn's prompt and response. A `history=chat` episode, whose
-    prompts each extend the one before, is one row: its last turn's length, not the sum of its turns' (which
-    counts the conversation's opening once a turn)."""
+    """Tokens the learner computes for an item: each row `to_token_batch` packs it into (one for a chat episode)."""
     turns = turns_of(item)
     return sum(len(turns[r[-1]].prompt_ids) + len(turns[r[-1]].response_ids) for r in chains(turns, [0] * len(turns)))
 

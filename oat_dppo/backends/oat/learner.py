@@ -242,8 +242,6 @@ class DPPOLearner(PPOLearner):
                 batch.advantages = torch.where(batch.response_mask, batch.advantages * tis, torch.zeros_like(tis))
             recompute_s = time.perf_counter() - t0
         batch.response_mask = batch.response_mask & trained  # Oat's loss_masks
-        # [N] the advantage of each trained token: a packed row's padding and untrained turns are not data
-        adv_stats = torch.broadcast_to(batch.advantages.detach().float(), batch.response_mask.shape)[batch.response_mask]
 
         hooks = _DeepSpeedHooks(self)
         layout = sequence_layout(policy, reduced_during_backward=args.zero_stage == 2 and hooks.world > 1)
@@ -259,11 +257,8 @@ class DPPOLearner(PPOLearner):
                              logits_chunk_tokens=args.logits_chunk_tokens, layout=layout)
         self._optimizer_steps += int(metrics["optimizer_steps"])
         infos = {k: torch.tensor(float(v)) for k, v in metrics.items()}
-        empty = adv_stats.numel() == 0  # a rank whose share holds no trained token: NaN, not a crash
         infos.update(recompute_s=torch.tensor(recompute_s), turns_received=torch.tensor(float(len(turns))),
-                     adv_mean=adv_stats.mean() if not empty else torch.tensor(math.nan),
-                     adv_min=adv_stats.min() if not empty else torch.tensor(math.nan),
-                     adv_max=adv_stats.max() if not empty else torch.tensor(math.nan))
+                     **{k: torch.tensor(v) for k, v in batch.advantage_stats().items()})
         return infos
 
     # -- weight sync, checked (--check-sync) -----------------------------------------------------------
