@@ -317,7 +317,7 @@ class Runner:
                                                 "iterations": 0}), run_dir.with_suffix(".log"))
                 self._call([self.python, "-m", "oat_dppo.export", str(run_dir), str(export), "--overwrite"],
                            run_dir.with_suffix(".log"))
-                self._record(cell, seed, run_dir)
+            self._record(cell, seed, run_dir)
             model = str(export)
         row = self._test_row(self._dir(cell, seed, f"warm{len(cell.warm_start)}"))
         recorded = self.rows.get(self._key(cell, "warm_start", seed))
