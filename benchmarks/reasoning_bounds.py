@@ -41,36 +41,15 @@ from typing import Callable
 import numpy as np
 
 from oat_dppo.envs.registry import make_env
+from oat_dppo_envs.reasoning_gym import ACRE_LABELS, acre_evidence, acre_trials  # noqa: F401 (acre_trials: tests)
 
 ENVS = ("rg:acre", "rg:arc_1d")
-ACRE_LABELS = ("on", "off", "undetermined")
 
 Policy = Callable[[str, random.Random, object], str]  # (question, rng, env) -> the answer inside \boxed{}
 
 
-def acre_trials(question: str) -> tuple[list[tuple[frozenset[str], str]], frozenset[str]]:
-    """The listed experiments `[(objects, "on"|"off"), ...]` and the new test case's objects."""
-    trials_text = question.split("Previous experimental results:", 1)[1].split("New test case:", 1)[0]
-    trials = []
-    for line in trials_text.strip().splitlines():
-        if "→" in line:
-            objects, outcome = line.rsplit("→", 1)
-            trials.append((frozenset(o.strip() for o in objects.split(",")), outcome.strip()))
-    test_text = question.split("New test case:", 1)[1].strip().splitlines()[0]
-    return trials, frozenset(o.strip() for o in test_text.split(","))
-
-
 def blicket_reader(question: str, rng: random.Random, env) -> str:
-    trials, test = acre_trials(question)
-    ruled_out = set().union(*(objs for objs, outcome in trials if outcome == "off"))
-    blickets = set()
-    for objs, outcome in trials:
-        candidates = objs - ruled_out
-        if outcome == "on" and len(candidates) == 1:
-            blickets |= candidates
-    if test & blickets:
-        return "on"
-    return "off" if test <= ruled_out else "undetermined"
+    return acre_evidence(question)[1]
 
 
 def arc_rows(question: str) -> tuple[list[tuple[list[str], list[str]]], list[str]]:

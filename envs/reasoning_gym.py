@@ -38,3 +38,42 @@ def family_preset(env_id: str) -> EnvPreset:
     kwargs = {} if env_id in EAGER_TASKS else {"size": 1_000_000}
     return EnvPreset(env_id, "rg", multi_turn=False, max_turns=1, env_kwargs=frozen(**kwargs),
                      split_key="observation")
+
+
+# ---- reading ACRE's text: what the listed trials allow (one reading for the bound and the demonstrator) ----
+
+ACRE_LABELS = ("on", "off", "undetermined")
+
+
+def acre_trials(question: str) -> tuple[list[tuple[frozenset[str], str]], list[str]]:
+    """The listed experiments `[(objects, "on"|"off"), ...]` and the new test case's objects, in its order."""
+    trials_text = question.split("Previous experimental results:", 1)[1].split("New test case:", 1)[0]
+    trials = []
+    for line in trials_text.strip().splitlines():
+        if "→" in line:
+            objects, outcome = line.rsplit("→", 1)
+            trials.append((frozenset(o.strip() for o in objects.split(",")), outcome.strip()))
+    test_text = question.split("New test case:", 1)[1].strip().splitlines()[0]
+    return trials, list(dict.fromkeys(o.strip() for o in test_text.split(",")))
+
+
+def acre_evidence(question: str) -> tuple[list[tuple[str, str]], str]:
+    """Each test object with what the trials say of it, and the label that follows:
+
+    * "off": it was on the detector in a trial whose light stayed off (not a blicket);
+    * "blicket": the one object of an "on" trial not ruled out that way (it turned the light on);
+    * "unknown": neither.
+
+    The label: "on" if a test object is a blicket, "off" if every one is ruled out, else "undetermined"
+    (0.98 of reasoning-gym's ACRE labels: `python -m benchmarks.reasoning_bounds --env rg:acre`)."""
+    trials, test = acre_trials(question)
+    ruled_out = set().union(*(objs for objs, outcome in trials if outcome == "off"))
+    blickets: set[str] = set()
+    for objs, outcome in trials:
+        candidates = objs - ruled_out
+        if outcome == "on" and len(candidates) == 1:
+            blickets |= candidates
+    evidence = [(o, "off" if o in ruled_out else "blicket" if o in blickets else "unknown") for o in test]
+    kinds = {kind for _, kind in evidence}
+    label = "on" if "blicket" in kinds else "off" if kinds == {"off"} else "undetermined"
+    return evidence, label

@@ -147,6 +147,22 @@ def sudoku_board_rules_worked(prompt: str, rng: random.Random) -> str:
     return f"{sudoku_cell_view(board, r - 1, c - 1)}; lacks {lacks}. \\boxed{{{r} {c} {digit}}}"
 
 
+ACRE_SAYS = {"off": "in an off trial", "blicket": "the one candidate of an on trial, a blicket",
+             "unknown": "no evidence"}
+
+
+def acre_worked(prompt: str, rng: random.Random) -> str:
+    """ACRE's causal rules over the listed trials, each step written before the label: every test object with
+    what the trials say of it (in a trial whose light stayed off; the one object of an "on" trial not ruled
+    out; neither), then the label that follows, e.g. "gray rubber cube: in an off trial. red rubber cube: the
+    one candidate of an on trial, a blicket. So on. \\boxed{on}". Reads the prompt's question only."""
+    from oat_dppo_envs.reasoning_gym import acre_evidence  # noqa: PLC0415 (the env package's own reading)
+
+    evidence, label = acre_evidence(prompt.split("Question:", 1)[-1])
+    steps = " ".join(f"{obj}: {ACRE_SAYS[kind]}." for obj, kind in evidence)
+    return f"{steps} So {label}. \\boxed{{{label}}}"
+
+
 @dataclass(frozen=True)
 class Demonstrator:
     act: Callable[[str, random.Random], str]  # (prompt text, rng) -> the response text
@@ -163,6 +179,10 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
     "blind_guesser": Demonstrator(blind_guesser, "game:GuessTheNumber", "a random guess, hints ignored"),
     "blind_sweep": Demonstrator(blind_sweep, "game:GuessTheNumber",
                                 "the next number not guessed yet, hints ignored (the best blind player)"),
+    "acre_worked": Demonstrator(acre_worked, "rg:acre",
+                                "ACRE's rules over the trials, each test object's evidence written before the label"),
+    "acre_prior": Demonstrator(lambda prompt, rng: "\\boxed{off}", "rg:acre",
+                               "the commonest label, whatever the trials say (ACRE's blind bound)"),
     "random_empty": Demonstrator(sudoku_random_empty, "game:Sudoku",
                                  "a random digit in a random empty cell (the board's digits unread)"),
     "board_rules": Demonstrator(sudoku_board_rules, "game:Sudoku",

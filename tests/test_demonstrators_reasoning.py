@@ -1,0 +1,42 @@
+"""Demonstrators for the reasoning-gym mission envs (oat_dppo.agent.demonstrations), graded by the env itself:
+each reply is stepped through the real env on real test-split questions."""
+
+from __future__ import annotations
+
+import random
+import re
+
+from oat_dppo.agent.demonstrations import DEMONSTRATORS
+from oat_dppo.envs import make_env
+
+
+def graded(env_id: str, name: str, episodes: int) -> list[tuple[str, str, float]]:
+    """(question, reply, reward) of `name` on the first `episodes` test questions."""
+    env = make_env(env_id, seed=0, split="test")
+    act, rng, out = DEMONSTRATORS[name].act, random.Random(0), []
+    try:
+        for seed in range(episodes):
+            question, _ = env.reset(seed=seed)
+            reply = act(question, rng)
+            _, reward, *_ = env.step(reply)
+            out.append((question, reply, float(reward)))
+    finally:
+        env.close()
+    return out
+
+
+def test_acre_worked_names_each_test_object_then_the_label_the_grader_accepts():
+    played = graded("rg:acre", "acre_worked", 60)
+    assert sum(r for _, _, r in played) / len(played) > 0.9  # the rules fit reasoning-gym's labels
+    for question, reply, _ in played:
+        test = question.split("New test case:", 1)[1].strip().splitlines()[0]
+        for obj in (o.strip() for o in test.split(",")):
+            assert reply.count(f"{obj}: ") >= 1, (obj, reply)  # the work: every test object, its evidence
+        label = re.search(r"So (on|off|undetermined)\. \\boxed\{(\w+)\}$", reply)
+        assert label and label.group(1) == label.group(2)
+
+
+def test_the_acre_prior_reads_nothing():
+    played = graded("rg:acre", "acre_prior", 60)
+    assert {reply for _, reply, _ in played} == {"\\boxed{off}"}
+    assert 0.2 < sum(r for _, _, r in played) / len(played) < 0.6
