@@ -72,7 +72,8 @@ def play_batch(cfg: Config, q: float, rng: random.Random, base_seed: int) -> lis
             guess = rng.randint(low, high)
             nxt, reward, terminated, truncated, _ = env.step(f"\\boxed{{{guess}}}")
             done = terminated or truncated
-            ep.turns.append(Turn(prompt_ids=[], response_ids=[int(read)], behavior_logprobs=np.zeros(1, np.float32),
+            # the prompt as ids: the state the policy is shown (gigpo's step groups key on it); no model reads them
+            ep.turns.append(Turn(prompt_ids=list(obs.encode()), response_ids=[int(read)], behavior_logprobs=np.zeros(1, np.float32),
                                  reward=float(reward), done=done, truncated=truncated, well_formed=True,
                                  finish_reason="stop", observation=obs, response_text=str(guess)))
             obs = nxt

@@ -84,8 +84,9 @@ def test_sync_and_prefix_reset_before_every_rollout_after_an_update(tmp_path, fa
             last_load = max(j for j in range(i) if events[j] == "load")
             last_reset = max(j for j in range(i) if events[j] == "reset")
             assert last_reset > last_load
-    # Three rollouts (one generate per turn: single-turn env) and two evaluations (before the first update too).
-    assert events.count("generate") == 5
+    # Three rollouts (one generate per turn: single-turn env), two validation evaluations (before the first update
+    # too) and the test evaluation at the run's end.
+    assert events.count("generate") == 6
     metrics = [r for r in rows(run_dir) if r["iteration"] >= 0]  # -1: the evaluation before any update
     # The engine samples from the learner's current weights: on the first mini-batch of every
     # iteration pi = mu up to float error, although pi moved between iterations.
