@@ -69,9 +69,12 @@ def run(out: Path, name: str, argv: list[str]) -> list[float]:
     rows = [json.loads(line) for f in files for line in f.read_text().splitlines()]
     rewards = [r["rollout/reward_mean"] for r in rows if "rollout/reward_mean" in r]
     assert len(rewards) == ROUNDS, (name, rewards)
+    # played: what the actors played; trained: the turns the learners' losses computed (`train/turns_in_loss`,
+    # counted in the update itself: a turn dropped anywhere between the actor and the loss is missing there).
+    # Both are means over the learner ranks, as Oat reduces every metric.
     turns = [(int(r["rollout/episodes"]), round(r["rollout/turns_mean"] * r["rollout/episodes"]),
-              int(r["rollout/turns_trained"]))
-             for r in rows if "rollout/turns_trained" in r]  # Oat's actor counts what it sends
+              round(r["train/turns_in_loss"]))
+             for r in rows if "train/turns_in_loss" in r]
     if turns:
         TURNS[name] = turns
     return rewards
@@ -109,9 +112,9 @@ def learns(curves, name: str) -> bool:
 
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_every_oat_round_trains_the_turns_it_played(curves, name):
-    """Two-turn episodes (logged by learner rank 0: its actor's share of the round): twice as many turns played
-    as episodes, and all of them trained (the turn sampling this replaced trained one turn per episode; a turn
-    whose response is empty has nothing to train)."""
+    """Two-turn episodes (each learner rank's share of the round, as Oat averages them): twice as many turns
+    played as episodes, and all of them in the learners' losses (the turn sampling this replaced trained one
+    turn per episode; a turn whose response is empty has nothing to train)."""
     rounds = TURNS[name]
     assert len(rounds) == ROUNDS and all(played == 2 * episodes for episodes, played, _ in rounds), rounds
     assert all(trained >= 0.95 * played for _, played, trained in rounds), rounds
