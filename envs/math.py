@@ -122,3 +122,40 @@ def procedural_math_dataset(
         raise ValueError(f"unknown reasoning-gym tasks {unknown}; e.g. {list(DEFAULT_PROCEDURAL_TASKS)}")
     rows = _procedural_rows(seed, size, tasks, _task_settings(tasks, settings))
     return datasets.Dataset.from_dict({"problem": [q for q, _ in rows], "answer": [a for _, a in rows]})
+
+
+# ---- reading a linear equation (reasoning-gym's simple_equations): the steps of its solution ----------------
+
+def linear_equation_steps(question: str) -> tuple[str, str] | None:
+    """(the solution's steps, the answer) of the one-variable linear equation the question states ("... 25*c +
+    19 = 144"), e.g. ("25*c = 144 - 19 = 125. c = 125 / 25 = 5.", "5"); None where it states none. The steps
+    move the constants to the right, then divide by the variable's coefficient."""
+    import sympy  # noqa: PLC0415 (reasoning-gym's own dependency; only where equations are read)
+
+    for line in question.splitlines():
+        if "=" not in line:
+            continue
+        text = line.rsplit(":", 1)[-1].strip()
+        left, _, right = text.partition("=")
+        try:
+            lhs, rhs = sympy.sympify(left), sympy.sympify(right)
+        except (sympy.SympifyError, SyntaxError, TypeError):
+            continue
+        symbols = (lhs - rhs).free_symbols
+        if len(symbols) != 1:
+            continue
+        (x,) = symbols
+        a, b = sympy.Poly(lhs, x).all_coeffs() if lhs.has(x) else (0, lhs)
+        c, d = sympy.Poly(rhs, x).all_coeffs() if rhs.has(x) else (0, rhs)
+        coeff, const = a - c, d - b
+        if coeff == 0:
+            return None
+        answer = const / coeff
+        moved = f"{d} - ({b})" if b < 0 else f"{d} - {b}"
+        if coeff == 1:
+            steps = f"{x} = {moved} = {const}." if b != 0 or c != 0 else f"{x} = {const}."
+        else:
+            steps = (f"{coeff}*{x} = {moved} = {const}. " if b != 0 or c != 0 else "") + \
+                f"{x} = {const} / {coeff} = {answer}."
+        return steps, str(answer)
+    return None

@@ -40,3 +40,32 @@ def test_the_acre_prior_reads_nothing():
     played = graded("rg:acre", "acre_prior", 60)
     assert {reply for _, reply, _ in played} == {"\\boxed{off}"}
     assert 0.2 < sum(r for _, _, r in played) / len(played) < 0.6
+
+
+def test_linear_equation_steps_by_hand():
+    from oat_dppo_envs.math import linear_equation_steps
+
+    assert linear_equation_steps("Determine the value of c that satisfies: 25*c + 19 = 144") == (
+        "25*c = 144 - 19 = 125. c = 125 / 25 = 5.", "5")
+    assert linear_equation_steps("Find the value of k in the equation: 11 - 45*k = -934") == (
+        "-45*k = -934 - 11 = -945. k = -945 / -45 = 21.", "21")
+    assert linear_equation_steps("Solve for x: x + 5 = 3") == ("x = 3 - 5 = -2.", "-2")
+    assert linear_equation_steps("What is 2 + 2?") is None
+
+
+def test_equation_worked_solves_what_the_grader_grades_and_a_copied_question_scores_nothing():
+    env_id = "math:procedural"
+    options = {"tasks": "simple_equations"}
+    for name, low, high in (("equation_worked", 0.95, 1.0), ("copy_question", 0.0, 0.0)):
+        env = make_env(env_id, seed=0, split="test", **options)
+        act, rng, rewards = DEMONSTRATORS[name].act, random.Random(0), []
+        try:
+            for seed in range(40):
+                question, _ = env.reset(seed=seed)
+                reply = act(question, rng)
+                if name == "equation_worked":
+                    assert re.fullmatch(r".+ = .+\. \\boxed\{-?[\d/]+\}", reply), reply  # steps, then the answer
+                rewards.append(env.step(reply)[1])
+        finally:
+            env.close()
+        assert low <= sum(rewards) / len(rewards) <= high, (name, rewards)

@@ -163,6 +163,24 @@ def acre_worked(prompt: str, rng: random.Random) -> str:
     return f"{steps} So {label}. \\boxed{{{label}}}"
 
 
+def equation_worked(prompt: str, rng: random.Random) -> str:
+    """A linear equation's solution with its steps before the answer (reasoning-gym's simple_equations): the
+    constants moved to the right, then the division, e.g. "25*c = 144 - 19 = 125. c = 125 / 25 = 5. \\boxed{5}";
+    "\\boxed{0}" where the prompt states no such equation."""
+    from oat_dppo_envs.math import linear_equation_steps  # noqa: PLC0415
+
+    solved = linear_equation_steps(prompt.split("Question:", 1)[-1].split("Please reason", 1)[0])
+    return f"{solved[0]} \\boxed{{{solved[1]}}}" if solved else "\\boxed{0}"
+
+
+def copy_question(prompt: str, rng: random.Random) -> str:
+    """The question's last line with an "=" (the equation) in the box, unsolved: a math blind bound that reads the
+    question and solves nothing (the grader must not pass it)."""
+    question = prompt.split("Question:", 1)[-1].split("Please reason", 1)[0]
+    lines = [line.rsplit(":", 1)[-1].strip() for line in question.splitlines() if line.strip()]
+    return f"\\boxed{{{next((line for line in reversed(lines) if '=' in line), lines[-1] if lines else '')}}}"
+
+
 @dataclass(frozen=True)
 class Demonstrator:
     act: Callable[[str, random.Random], str]  # (prompt text, rng) -> the response text
@@ -183,6 +201,9 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
                                 "ACRE's rules over the trials, each test object's evidence written before the label"),
     "acre_prior": Demonstrator(lambda prompt, rng: "\\boxed{off}", "rg:acre",
                                "the commonest label, whatever the trials say (ACRE's blind bound)"),
+    "equation_worked": Demonstrator(equation_worked, "math:procedural",
+                                    "a linear equation solved step by step (simple_equations), then the answer"),
+    "copy_question": Demonstrator(copy_question, "math:procedural", "the question's equation, unsolved (blind bound)"),
     "random_empty": Demonstrator(sudoku_random_empty, "game:Sudoku",
                                  "a random digit in a random empty cell (the board's digits unread)"),
     "board_rules": Demonstrator(sudoku_board_rules, "game:Sudoku",
