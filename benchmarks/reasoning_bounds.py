@@ -41,7 +41,7 @@ from typing import Callable
 import numpy as np
 
 from oat_dppo.envs.registry import make_env
-from oat_dppo_envs.reasoning_gym import ACRE_LABELS, acre_evidence, acre_trials  # noqa: F401 (acre_trials: tests)
+from oat_dppo_envs.reasoning_gym import ACRE_LABELS, acre_evidence, acre_trials, arc_rows  # noqa: F401 (tests)
 
 ENVS = ("rg:acre", "rg:arc_1d")
 
@@ -50,13 +50,6 @@ Policy = Callable[[str, random.Random, object], str]  # (question, rng, env) -> 
 
 def blicket_reader(question: str, rng: random.Random, env) -> str:
     return acre_evidence(question)[1]
-
-
-def arc_rows(question: str) -> tuple[list[tuple[list[str], list[str]]], list[str]]:
-    """The examples `[(input digits, output digits), ...]` and the test input's digits."""
-    examples = re.findall(r"Input:\s*([\d ]+)\nOutput:\s*([\d ]+)", question)
-    test = re.search(r"Input:\n([\d ]+)", question)
-    return [(i.split(), o.split()) for i, o in examples], (test.group(1).split() if test else [])
 
 
 def _last_example_output(question: str, rng: random.Random, env) -> str:

@@ -69,3 +69,25 @@ def test_equation_worked_solves_what_the_grader_grades_and_a_copied_question_sco
         finally:
             env.close()
         assert low <= sum(rewards) / len(rewards) <= high, (name, rewards)
+
+
+def test_arc_rule_finds_the_family_that_fits_every_example():
+    from oat_dppo_envs.reasoning_gym import arc_rule
+
+    def ex(*pairs):
+        return [(i.split(), o.split()) for i, o in pairs]
+
+    name, rule = arc_rule(ex(("0 3 3 0 0 0", "0 0 0 3 3 0"), ("4 0 0 0 0 0", "0 0 4 0 0 0")))
+    assert name == "shift right by 2" and rule([0, 0, 7, 0, 0, 0]) == [0, 0, 0, 0, 7, 0]
+    name, rule = arc_rule(ex(("0 3 0 5 0", "0 0 0 3 5"), ("2 0 2 0 0", "0 0 0 2 2")))
+    assert name == "colors fall to the start, mirrored" and rule([1, 0, 0, 0, 0]) == [0, 0, 0, 0, 1]
+    assert arc_rule(ex(("1 2 3", "3 1 1"))) is None  # no known rule: the demonstrator says so
+
+
+def test_arc_worked_names_its_rule_and_the_grader_scores_what_it_solves():
+    played = graded("rg:arc_1d", "arc_worked", 60)
+    assert all(re.match(r"Rule: [^.]+\. \\boxed\{[\d ]*\}$", reply) for _, reply, _ in played)
+    solved = [r for _, reply, r in played if not reply.startswith("Rule: unknown")]
+    assert solved and sum(solved) / len(solved) > 0.95  # a rule that fits every example is the task's rule
+    copied = graded("rg:arc_1d", "arc_copy_input", 60)
+    assert sum(r for *_, r in played) > sum(r for *_, r in copied)

@@ -181,6 +181,20 @@ def copy_question(prompt: str, rng: random.Random) -> str:
     return f"\\boxed{{{next((line for line in reversed(lines) if '=' in line), lines[-1] if lines else '')}}}"
 
 
+def arc_worked(prompt: str, rng: random.Random) -> str:
+    """Arc1D: the rule of reasoning-gym's arc_1d families that fits every example (`ARC_RULES`) named, then applied
+    to the test input, e.g. "Rule: shift right by 2. \\boxed{0 0 3 3 0}"; where no known rule fits, it says so and
+    copies the input ("Rule: unknown.")."""
+    from oat_dppo_envs.reasoning_gym import arc_rows, arc_rule  # noqa: PLC0415
+
+    examples, test = arc_rows(prompt)
+    found = arc_rule(examples)
+    if found is None or not test:
+        return f"Rule: unknown. \\boxed{{{' '.join(test)}}}"
+    name, rule = found
+    return f"Rule: {name}. \\boxed{{{' '.join(map(str, rule([int(x) for x in test])))}}}"
+
+
 @dataclass(frozen=True)
 class Demonstrator:
     act: Callable[[str, random.Random], str]  # (prompt text, rng) -> the response text
@@ -204,6 +218,10 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
     "equation_worked": Demonstrator(equation_worked, "math:procedural",
                                     "a linear equation solved step by step (simple_equations), then the answer"),
     "copy_question": Demonstrator(copy_question, "math:procedural", "the question's equation, unsolved (blind bound)"),
+    "arc_worked": Demonstrator(arc_worked, "rg:arc_1d", "the arc_1d rule that fits the examples, named, then applied"),
+    "arc_copy_input": Demonstrator(lambda prompt, rng: "\\boxed{%s}" % " ".join(__import__(
+        "oat_dppo_envs.reasoning_gym", fromlist=["arc_rows"]).arc_rows(prompt)[1]), "rg:arc_1d",
+        "the test input unchanged (Arc1D's blind bound)"),
     "random_empty": Demonstrator(sudoku_random_empty, "game:Sudoku",
                                  "a random digit in a random empty cell (the board's digits unread)"),
     "board_rules": Demonstrator(sudoku_board_rules, "game:Sudoku",
