@@ -195,6 +195,13 @@ def arc_worked(prompt: str, rng: random.Random) -> str:
     return f"Rule: {name}. \\boxed{{{' '.join(map(str, rule([int(x) for x in test])))}}}"
 
 
+def arc_copy_input(prompt: str, rng: random.Random) -> str:
+    """Arc1D's test input unchanged: reads the input, not the rule (the blind bound)."""
+    from oat_dppo_envs.reasoning_gym import arc_rows  # noqa: PLC0415
+
+    return f"\\boxed{{{' '.join(arc_rows(prompt)[1])}}}"
+
+
 @dataclass(frozen=True)
 class Demonstrator:
     act: Callable[[str, random.Random], str]  # (prompt text, rng) -> the response text
@@ -219,9 +226,7 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
                                     "a linear equation solved step by step (simple_equations), then the answer"),
     "copy_question": Demonstrator(copy_question, "math:procedural", "the question's equation, unsolved (blind bound)"),
     "arc_worked": Demonstrator(arc_worked, "rg:arc_1d", "the arc_1d rule that fits the examples, named, then applied"),
-    "arc_copy_input": Demonstrator(lambda prompt, rng: "\\boxed{%s}" % " ".join(__import__(
-        "oat_dppo_envs.reasoning_gym", fromlist=["arc_rows"]).arc_rows(prompt)[1]), "rg:arc_1d",
-        "the test input unchanged (Arc1D's blind bound)"),
+    "arc_copy_input": Demonstrator(arc_copy_input, "rg:arc_1d", "the test input unchanged (Arc1D's blind bound)"),
     "random_empty": Demonstrator(sudoku_random_empty, "game:Sudoku",
                                  "a random digit in a random empty cell (the board's digits unread)"),
     "board_rules": Demonstrator(sudoku_board_rules, "game:Sudoku",

@@ -287,8 +287,12 @@ class TextEnv:
     # -- internals ----------------------------------------------------------------------------
     def _reset_in_split(self, seed: int) -> tuple[str, dict[str, Any], int]:
         """(observation, info, seed that drew it) of the first draw for `seed` whose task is in the split."""
+        by_seed = self.preset.split_key == "seed"
         for attempt in range(MAX_DRAWS if self.split is not None else 1):
             episode_seed = redraw_seed(seed, attempt)
+            if self.split is not None and by_seed and split_of(task_key("seed", seed=episode_seed, observation="")) \
+                    != self.split:
+                continue  # the seed names the task: no reset for a draw that is not in the split
             try:
                 with self._global_rng.active():
                     result = self._inner.reset(seed=episode_seed)

@@ -219,8 +219,8 @@ class Runner:
             if unknown:
                 raise MissionError(f"no cell {', '.join(sorted(unknown))} in {mission.path}")
             mission.cells = [c for c in mission.cells if c.name in cells]
-        self.done = {row_key(r) for r in read_rows(mission.csv)}
         self.rows = {row_key(r): r for r in read_rows(mission.csv)}
+        self.done = set(self.rows)
 
     def say(self, text: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", file=self.out, flush=True)
