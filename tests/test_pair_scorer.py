@@ -64,3 +64,27 @@ def test_prompts_run_once_and_moves_in_one_packed_row():
         handle.remove()
     assert calls == [(1, 27), (1, 4 + 16 + 64)]
     assert [s[0] for s in head_rows] == [2, 10, 10]  # rows of [positions, H]: 2 prompts' last, then each packed row
+
+
+def test_a_sliding_window_the_pairs_outgrow_scores_each_pair_whole():
+    """A window of 8 tokens under prompts of 12-30: the trie's 4D mask would let a move see the whole prompt, so the
+    scorer runs each pair's own forward, where the model applies its window; equal to the by-hand forward."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, max_position_embeddings=128, use_sliding_window=True,
+                      sliding_window=8, max_window_layers=0, layer_types=["sliding_attention"] * 2)
+    cfg._attn_implementation = "eager"  # (transformers 4.51's SDPA path ignores Qwen3's window)
+    model = Qwen3ForCausalLM(cfg).float().eval()
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 200, (n,), generator=g).tolist() for n in (12, 30)]
+    moves = [[5, 9], [5, 10, 11], [7]]
+    pairs = [(p, m) for p in prompts for m in moves]
+    windowed = [by_hand(model, p, m) for p, m in pairs]
+    cfg_full = Qwen3Config(**{**cfg.to_dict(), "use_sliding_window": False, "sliding_window": None, "layer_types": ["full_attention"] * 2})
+    full = Qwen3ForCausalLM(cfg_full).float().eval()
+    full.load_state_dict(model.state_dict())
+    assert max(abs(a - by_hand(full, p, m)) for a, (p, m) in zip(windowed, pairs)) > 1e-3  # the window matters here
+    scores = model_pair_scorer(model, batch_size=8)(pairs)
+    assert scores == pytest.approx(windowed, abs=1e-5)

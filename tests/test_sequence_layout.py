@@ -6,8 +6,6 @@ top-K and the entropy over random lengths (hypothesis), and the loss and its gra
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
@@ -23,8 +21,6 @@ from test_learner import policy  # noqa: F401  (the module's tiny-qwen3 fixture)
 
 K = 3
 TOLERANCE = 1e-5
-# transformers >= 4.56 confines a packed sequence's attention to each row from its position ids (masking_utils)
-PACKED = ["packed"] if importlib.util.find_spec("transformers.masking_utils") else []
 
 
 def samples(lengths: list[tuple[int, int]], seed: int = 0, vocab: int = 200, shared: int = 0) -> list[Sample]:
@@ -86,7 +82,7 @@ def test_every_layout_gives_the_padded_log_probs(policy, lengths, seed, shared):
     batch = collate(samples(lengths, seed, shared=shared), 0, K)
     with torch.no_grad():
         ref = policy_logprobs(model, batch, with_topk=True, layout="padded")
-        for layout in ["rows", "prefix", *PACKED]:
+        for layout in ["rows", "prefix", "packed"]:
             got = policy_logprobs(model, batch, with_topk=True, layout=layout)
             resp = batch.response_mask
             assert torch.allclose(got.logp, ref.logp, atol=TOLERANCE), layout
@@ -130,7 +126,7 @@ def test_loss_and_gradient_equal_the_padded_path_for_every_trust_region(policy, 
     tr = make_trust_region(name, **({"topk": K} if requirements(make_trust_region(name)).topk else {}))
     batch = collate(two_groups(), 0, requirements(tr).topk)
     loss_ref, grads_ref = _loss_and_grads(model, batch, tr, "padded")
-    for layout in ["rows", "prefix", *PACKED]:
+    for layout in ["rows", "prefix", "packed"]:
         loss, grads = _loss_and_grads(model, batch, tr, layout)
         assert loss == pytest.approx(loss_ref, abs=TOLERANCE), layout
         assert grads.keys() == grads_ref.keys()

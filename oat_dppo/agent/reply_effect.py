@@ -183,7 +183,8 @@ def model_pair_scorer(model, batch_size: int = 8) -> PairScorer:
       the head runs at the trie's nodes only.
 
     Equal to a whole forward per pair within 1e-5 in float32 (tests/test_pair_scorer.py). A model whose sliding
-    window the prompts could reach scores one prompt at a time, unpacked (a window counts cache slots)."""
+    window a prompt and its move could outgrow scores each pair by a whole forward of its own, unpacked: a window
+    counts cache slots, and the trie's 4D mask would stand in for the model's windowed one."""
 
     def score(pairs):
         import torch
@@ -200,15 +201,15 @@ def model_pair_scorer(model, batch_size: int = 8) -> PairScorer:
             by_prompt.setdefault(tuple(p), []).append(k)
         prompts = sorted(by_prompt)  # prompts sharing a prefix (a turn's real and changed one) in one pass
         longest = max((len(p) + len(m) for p, m in pairs), default=0)
-        step = 1 if window and longest > window else batch_size
+        if window and longest > window:
+            return [_whole_forward_logp(model, p, m) for p, m in pairs]
 
         def logp_of(hidden):  # [n, H] -> [n, V] log-softmax of the LM head
-            logits = head(hidden).float()
-            return (torch.tanh(logits / softcap) * softcap if softcap else logits).log_softmax(-1)
+            return _log_softmax(head(hidden), softcap)
 
         with torch.inference_mode():
-            for start in range(0, len(prompts), step):
-                chunk = [list(p) for p in prompts[start: start + step]]
+            for start in range(0, len(prompts), batch_size):
+                chunk = [list(p) for p in prompts[start: start + batch_size]]
                 n, lengths = len(chunk), torch.tensor([len(p) for p in chunk], device=device)  # [n]
                 ids = torch.zeros((n, int(lengths.max())), dtype=torch.long, device=device)  # [n, T] right-padded
                 mask = torch.zeros_like(ids)
@@ -249,6 +250,26 @@ def model_pair_scorer(model, batch_size: int = 8) -> PairScorer:
         return out
 
     return score
+
+
+def _log_softmax(logits, softcap: float | None):
+    """[n, V] logits -> [n, V] float32 log-probabilities, after the model's final soft cap if it has one (Gemma)."""
+    import torch
+
+    logits = logits.float()
+    return (torch.tanh(logits / softcap) * softcap if softcap else logits).log_softmax(-1)
+
+
+def _whole_forward_logp(model, prompt: Sequence[int], move: Sequence[int]) -> float:
+    """log p(move | prompt) from one uncached forward of the pair: sum_k log softmax(logits at P + k - 1)[move_k]."""
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([list(prompt) + list(move)], device=device), use_cache=False).logits[0]
+        logp = _log_softmax(logits, getattr(model.config, "final_logit_softcapping", None))  # [P+L, V]
+        rows = torch.arange(len(prompt) - 1, len(prompt) + len(move) - 1, device=device)  # [L]
+        return float(logp[rows, torch.tensor(list(move), device=device)].sum())
 
 
 def ModelMovePolicy(model, tokenizer, response_prefix: str = "", batch_size: int = 8) -> ScoredMovePolicy:

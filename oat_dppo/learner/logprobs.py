@@ -57,9 +57,10 @@ def sequence_layout(model, *, reduced_during_backward: bool = False) -> str:
       180-380 tokens, 71% of the padded grid real): forward + backward 0.69x the padded time, the forward
       alone 0.35x (the causal kernel without a mask); on micro-batches sorted by length (1-6% padding, the
       local learner's plan): 0.97-1.02x, the same as padded.
-    * "packed": the rows' real tokens as one sequence whose positions restart at each row; transformers
-      confines attention to each (a varlen kernel under flash-attention). A dense block mask on a CPU made
-      it 1.11x the padded time on the lengths above (attention quadratic in the whole row): offered, not chosen.
+    * "packed": the rows' real tokens as one sequence whose positions restart at each row, attention confined
+      to each row by a block-diagonal causal mask (`_packed_mask`; a varlen kernel under flash-attention).
+      On a CPU the dense mask made it 1.11x the padded time on the lengths above (attention quadratic in the
+      whole sequence): offered, not chosen.
     * "prefix": each prefix a cluster of rows shares (a group's prompt; the instructions every turn of a game
       repeats) computed once, then every row's rest as a padded batch attending to it through the KV cache
       (`models.prefix`); where no cluster shares `MIN_SHARED_PREFIX` tokens, "rows" for long rows with much
@@ -138,8 +139,25 @@ def _response_hidden(decoder, ids: Tensor, attn: Tensor, b_idx: Tensor, t_idx: T
         raise ValueError(f"layout {layout!r}: one of {LAYOUTS}")
     starts = lengths.cumsum(0) - lengths  # [B] each row's first index in the packed sequence
     positions = torch.cat([torch.arange(int(n), device=ids.device) for n in lengths])  # [sum L]
-    hidden = decoder(input_ids=ids[attn][None], position_ids=positions[None], use_cache=False).last_hidden_state[0]
+    hidden = decoder(input_ids=ids[attn][None], position_ids=positions[None], attention_mask=_packed_mask(decoder, lengths),
+                     use_cache=False).last_hidden_state[0]
     return hidden[starts[b_idx] + t_idx - 1], int(lengths.sum())  # [N, H]
+
+
+def _packed_mask(decoder, lengths: Tensor) -> Tensor | None:
+    """The packed sequence's attention: causal within each row, nothing across rows, as an additive float mask
+    [1, 1, L, L] (0 where a token may attend, the dtype's minimum elsewhere) that transformers uses as given on
+    4.51 (Oat's pin) and 5.x alike, eager or SDPA. Position ids alone confine attention to each row only under
+    flash-attention (varlen) or transformers >= 4.56 without a mask, so the mask is built everywhere but there
+    (a flash kernel takes no 4D mask)."""
+    if "flash" in str(getattr(getattr(decoder, "config", None), "_attn_implementation", "")):
+        return None
+    row = torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)  # [L]
+    index = torch.arange(len(row), device=lengths.device)  # [L]
+    allowed = (row[:, None] == row[None, :]) & (index[:, None] >= index[None, :])  # [L, L]
+    dtype = next(decoder.parameters()).dtype
+    return torch.zeros(allowed.shape, dtype=dtype, device=lengths.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min)[None, None]
 
 
 def _head_logprobs(head, softcap: float | None, hidden: Tensor, targets: Tensor, topk_ids: Tensor | None,

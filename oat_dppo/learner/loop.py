@@ -183,7 +183,6 @@ def plan_update(
     step_rows: int,
     micro_rows: int,
     permutation: Callable[[int], Sequence[int]],
-    sort_rows: bool = True,
     sort_keys: Sequence | None = None,
     chain_of: Sequence[int] | None = None,
     micro_tokens: int = 0,
@@ -199,7 +198,7 @@ def plan_update(
     * otherwise turns are rows like any other (an episode is not kept together).
 
     `permutation(n)` orders the n units (turns, or episodes when they are kept together) of each epoch. A
-    step's units are sorted by `sort_keys` (one per turn; default: `lengths`) unless `sort_rows` is False.
+    step's units are sorted by `sort_keys` (one per turn; default: `lengths`).
     `micro_tokens > 0`: micro-batches by a token budget over `lengths` (`plan_steps`; an episode kept together
     counts its turns' rows, which overcounts a chained episode's one row: the budget stays an upper bound).
     """
@@ -216,7 +215,7 @@ def plan_update(
     together = episode_sequences or packed
     plan = plan_steps(len(lengths), epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
                       permutation=permutation,
-                      sort_keys=(list(lengths) if sort_keys is None else sort_keys) if sort_rows else None,
+                      sort_keys=list(lengths) if sort_keys is None else sort_keys,
                       groups=groups if (together or by_episode) else None,
                       step_counts="groups" if by_episode else "rows", split_groups=not together,
                       lengths=list(lengths), micro_tokens=micro_tokens)
