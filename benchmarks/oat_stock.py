@@ -12,7 +12,7 @@ DeepSpeed, launched and ended by Oat. Nothing of Oat's or launchpad's is replace
   template and `\boxed{` prefix included, the same strings every other side trains on). Oat's
   `get_default_args` parses `sys.argv` with tyro; `script_flags` writes the fields that differ from the
   script's defaults as tyro's flags, and `check_flags` parses them back with tyro before anything starts.
-* **On a machine without CUDA, the CPU stand-ins** (`oat_dppo/backends/oat/cpu.py`, the runtime's own CPU
+* **On a machine without CUDA, the CPU stand-ins** (`oat_dppo/patches.py`, the runtime's own CPU
   port) in every process of the program: launchpad's node processes unpickle the script's classes by value
   and import no project module that would apply them, so a `sitecustomize` on PYTHONPATH does
   (`prepare_node`); in the launcher also `gpu_slots` (--gpus counts process slots, for Oat's GPU-count check
@@ -70,12 +70,12 @@ def prepare_node() -> None:
     """In every process of the program (through `sitecustomize`): the CPU stand-ins; in the launcher (the
     one process started with LAUNCHER_SLOTS, which it removes so that its nodes do not inherit it) also
     `gpu_slots`."""
-    from oat_dppo.backends.oat import cpu
+    from oat_dppo import patches
 
-    cpu.apply()
+    patches.apply()
     slots = os.environ.pop(LAUNCHER_SLOTS, None)
     if slots:
-        slot = cpu.gpu_slots(int(slots))
+        slot = patches.gpu_slots(int(slots))
         slot.__enter__()
         _held.append(slot)
 

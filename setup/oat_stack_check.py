@@ -8,7 +8,7 @@ Prints one line of versions; exits non-zero, with the error, if any part does no
 - launchpad (its courier RPC loads TensorFlow's runtime) and pyarrow's plasma store (Oat's IPC),
 - Oat's program, actor and learner modules,
 - DeepSpeed's CPU ops, JIT-compiled with g++ into VENV/torch_extensions (1-3 minutes once, then loaded
-  in seconds; oat_dppo/backends/oat/cpu.py says why there): the shared-memory collectives of its CPU
+  in seconds; oat_dppo/patches.py says why there): the shared-memory collectives of its CPU
   accelerator and the CPU FusedAdam that Oat's optimizer is.
 """
 
@@ -19,9 +19,9 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import torch  # noqa: E402
 
-from oat_dppo.backends.oat import cpu  # noqa: E402
+from oat_dppo import patches  # noqa: E402
 
-cpu.apply()  # what every node process does first: here, TORCH_EXTENSIONS_DIR
+patches.apply()  # what every node process does first: here, TORCH_EXTENSIONS_DIR
 
 import launchpad  # noqa: E402,F401
 import oat.algorithms.ppo  # noqa: E402,F401

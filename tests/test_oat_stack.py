@@ -115,9 +115,9 @@ def test_plasma_store_round_trip():
 def test_deepspeed_cpu_ops_load_from_the_environments_own_build():
     from deepspeed.ops.op_builder.cpu import FusedAdamBuilder, ShareMemCommBuilder
 
-    from oat_dppo.backends.oat import cpu
+    from oat_dppo import patches
 
-    cpu.apply()
+    patches.apply()
     assert os.environ["TORCH_EXTENSIONS_DIR"] == os.path.join(sys.prefix, "torch_extensions")
     for op in ("deepspeed_shm_comm", "fused_adam"):  # built by setup/oat_venv.sh
         assert Path(sys.prefix, "torch_extensions", op, f"{op}.so").is_file(), op

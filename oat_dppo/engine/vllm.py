@@ -485,6 +485,8 @@ class ColocatedVLLM:
         import torch  # noqa: PLC0415
         import vllm  # noqa: PLC0415 (heavy; imported where it is used)
 
+        from oat_dppo.patches import vllm_cpu_keeps_torch_threads  # noqa: PLC0415 (imports torch)
+
         if on_cpu():
             extra = cpu_engine_args(model_source, settings)
         else:
@@ -493,12 +495,8 @@ class ColocatedVLLM:
                                     engine_fields={f.name for f in dataclasses.fields(vllm.EngineArgs)})
         if settings.head_dtype:
             extra["hf_overrides"] = {"head_dtype": settings.head_dtype}
-        # vLLM's CPU worker sets this process's torch threads to 1 "for serving" and replaces
-        # torch.set_num_threads with a no-op for good. In one process with the learner, both phases
-        # should use the run's threads (they alternate, never overlap): put both back.
-        set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
         # Loading a float32 checkpoint into a bf16 engine warns once per tensor: expected, and noise.
-        try:
+        with vllm_cpu_keeps_torch_threads():
             with _quiet("vllm.model_executor.models.utils"):
                 llm = vllm.LLM(
                     model=model_source,
@@ -512,9 +510,6 @@ class ColocatedVLLM:
                     enable_prefix_caching=True,  # multi-turn prompts share prefixes; safe with the reset
                     **extra,
                 )
-        finally:
-            torch.set_num_threads = set_num_threads
-            torch.set_num_threads(threads)
         return cls(llm, vllm.SamplingParams, stop_token_ids=stop_token_ids, dtype=settings.dtype)
 
     def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, topk: int = 0, *,

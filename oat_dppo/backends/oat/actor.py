@@ -23,7 +23,7 @@ from vllm.lora.request import LoRARequest
 from oat_dppo.agent import (EVAL_KEYS, PromptFormat, assign_advantages, episode_metrics, play_episodes,
                             uncredited_turn_rate)
 from oat_dppo.agent.reply_effect import Case, cases_from_episodes
-from oat_dppo.backends.oat import cpu
+from oat_dppo import patches
 from oat_dppo.backends.oat.args import to_train_config
 from oat_dppo.backends.oat.data import DPPOEpisodeData, episode_data
 from oat_dppo.components import build_envs, build_trust_region, resolve_template
@@ -36,7 +36,7 @@ from oat_dppo.trust_region import requirements
 # Rounds of episodes one step may play before it gives up (every episode failing is a broken env).
 MAX_ROUNDS = 8
 
-cpu.apply()  # in the actor's node process: Oat's CUDA-only lines on a machine without CUDA (no-op with CUDA)
+patches.apply()  # in the actor's node process: Oat's CUDA-only lines on a machine without CUDA (no-op with CUDA)
 
 
 def _weights_checksum(worker) -> str:

@@ -26,7 +26,8 @@ from oat.model import LLM
 
 from oat_dppo.agent import EVAL_KEYS, combine_eval
 from oat_dppo.agent.reply_effect import ModelMovePolicy, scored
-from oat_dppo.backends.oat import cpu, supervise
+from oat_dppo import patches
+from oat_dppo.backends.oat import supervise
 from oat_dppo.backends.oat.args import aggregation_of, resolve_on_node, to_train_config
 from oat_dppo.backends.oat.data import EpisodeTurns, episode_tokens, to_token_batch, turns_of
 from oat_dppo.components import build_trust_region
@@ -42,7 +43,7 @@ from oat_dppo.rundir import RunDir, append_jsonl
 from oat_dppo.envs.splits import split_seeds
 from oat_dppo.trust_region import requirements
 
-cpu.apply()  # in the learner's node process: Oat's CUDA-only lines on a machine without CUDA (no-op with CUDA)
+patches.apply()  # in the learner's node process: Oat's CUDA-only lines on a machine without CUDA (no-op with CUDA)
 
 #: The `sync/...` metrics `--check-sync` adds to every learning round's log row.
 SYNC_KEYS = ("sync/logp_max_abs_diff_before", "sync/logp_max_abs_diff_after", "sync/actor_weights_changed",
@@ -164,7 +165,7 @@ def run_config(args) -> dict:
 
 class DPPOLearner(PPOLearner):
     def _init(self, args, actors) -> None:
-        for note in resolve_on_node(args, cuda=cpu.cuda_present()):  # this node's machine, not the launcher's
+        for note in resolve_on_node(args, cuda=patches.cuda_present()):  # this node's machine, not the launcher's
             print(f"note: {note}", file=sys.stderr)
         super()._init(args, actors)  # Oat's engines, optimizer, collector, wandb; then PPOLearner's
         if self.strategy.is_rank_0():

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from oat_dppo.backends.oat import cpu
+from oat_dppo import patches
 from oat_dppo.backends.oat.args import finalize, from_train_config, learners_per_group, oat_validate
 from oat_dppo.backends.oat.supervise import Stopped, Supervisor
 from oat_dppo.config import ConfigError, TrainConfig
@@ -37,13 +37,18 @@ def resolve_model(args) -> None:
         args.pretrain = engine_model_source(name, model, tok, out)
 
 
+def node_threads(nodes: int) -> int:
+    """torch threads per node process when `nodes` compute processes share this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // max(1, nodes))
+
+
 def cpu_environment(args) -> dict[str, str]:
     """What every node process inherits without CUDA: its torch threads (--threads, else an even share of the
     cores between actors and learners), vLLM-CPU's KV-cache size, DeepSpeed's CPU accelerator."""
-    if cpu.cuda_present():
+    if patches.cuda_present():
         return {}
     nodes = 2 * learners_per_group(args)  # this launcher's; Oat pairs one actor with each learner
-    threads = str(args.threads or cpu.node_threads(nodes))
+    threads = str(args.threads or node_threads(nodes))
     return {
         "OMP_NUM_THREADS": threads,
         "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB)),
@@ -59,7 +64,7 @@ def build_program(args):
     from oat_dppo.backends.oat.actor import DPPOActor
     from oat_dppo.backends.oat.learner import DPPOLearner
 
-    with cpu.gpu_slots(args.gpus):
+    with patches.gpu_slots(args.gpus):
         try:
             return get_program(args, DPPOLearner, DPPOActor)
         except AssertionError as e:  # Oat's topology checks (GPUs per actor, actors per learner)
@@ -77,13 +82,13 @@ def launch(cfg, *, finalized: bool = False) -> int:
             if not finalized:
                 for note in finalize(args):
                     print(f"note: {note}", file=sys.stderr)
-            cpu.apply()
-            with cpu.gpu_slots(args.gpus):
+            patches.apply()
+            with patches.gpu_slots(args.gpus):
                 oat_validate(args)  # Oat's own checks (GPU count, ...), as its entry points run them
             build_program(args)  # Oat's topology checks, before anything is written (built again below)
             resolve_model(args)
             os.environ.update(cpu_environment(args))
-            n, where = learners_per_group(args), "GPUs" if cpu.cuda_present() else f"processes on {os.cpu_count()} cores"
+            n, where = learners_per_group(args), "GPUs" if patches.cuda_present() else f"processes on {os.cpu_count()} cores"
             group = f"; node group {args.group_rank} of {args.num_groups}" if args.num_groups > 1 else ""
             print(f"oat_dppo: Oat program with {n} vLLM actor(s) and {n} DeepSpeed learner(s) ({where}{group}); "
                   f"logs under {args.save_path}", file=sys.stderr, flush=True)

@@ -16,9 +16,9 @@ import shutil
 import signal
 import tempfile
 import time
-import types
 from pathlib import Path
 
+from oat_dppo import patches
 from oat_dppo.stopping import RUN_MARKER_ENV, StopSignals, end_children_with_this_process, say
 from oat_dppo.stopping import stop_status
 
@@ -35,13 +35,8 @@ def finish_without_stop():
     if not os.environ.get(FINISHED_DIR_ENV):
         yield
         return
-    import oat.learners.base as base  # its only use of launchpad is `lp.stop()`
-
-    real, base.lp = base.lp, types.SimpleNamespace(stop=lambda: None)
-    try:
+    with patches.oat_learner_without_stop():
         yield
-    finally:
-        base.lp = real
 
 
 def run_then_report(learner, run) -> None:
@@ -112,9 +107,7 @@ class Supervisor:
         self._launching = True
         manager = lp.launch(program, launch_type="local_mp", local_resources=resources, terminal="current_terminal")
         self.manager, self._launching = manager, False
-        # A node that ignores SIGTERM for 10 s is SIGKILLed; by default launchpad then SIGKILLs this process
-        # too, and the exit status would say nothing.
-        manager._kill_main_thread = False
+        patches.launcher_survives_node_kill(manager)  # the exit status below must be this process's to give
         if self.stop.first is not None:  # it came while the nodes were starting
             manager._stop()
         # launchpad's own bookkeeping (0.5.2, pinned): "label/index" -> psutil.Process of each node's wrapper
