@@ -18,7 +18,7 @@ What the mode does, in the order it must happen (`LocalTrainer.__init__` calls t
 What it cannot pin is said in one line at start (`note`). A kernel with no deterministic
 implementation makes torch raise mid-run; `one_line_errors` turns that into one `ConfigError` line
 (exit status 2) instead of a traceback. Whether the mode pins a GPU run, and its cost, are measured by
-`python -m benchmarks.determinism` (docs/results/before_splits.md, "One seed, one run on a GPU").
+`python -m benchmarks.reproducibility` (docs/results/before_splits.md, "One seed, one run on a GPU").
 
 Importing this module is cheap (no torch): the CLI and tests read it without a GPU.
 """

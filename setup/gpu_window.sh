@@ -9,7 +9,7 @@
 #               gpu_decisive_control (the float32 control); finished runs are committed to
 #               docs/results/<study>/, the rest stop at the deadline
 #   3. determinism  one seed, three runs (two --deterministic, one plain): where they part and the mode's
-#               cost (python -m benchmarks.determinism, ~3 minutes, into docs/results/gpu_determinism/;
+#               cost (python -m benchmarks.reproducibility, ~3 minutes, into docs/results/gpu_determinism/;
 #               skipped once its determinism.json says complete). DETERMINISM_FIRST=1 runs it before step 1.
 #   4. studies  peers_gtn (the peers' pilot), as in 2
 #   5. speed    issue 39's comparison on the GPU: setup/speed_gpu_window.sh SECONDS, once it exists
@@ -41,9 +41,6 @@ printf 'window=%s\ncommit=%s\ndeadline_s=%s\nparallel=%s\n' "$WINDOW" "$(git rev
   "$DEADLINE" "$PARALLEL" > "$W/window.txt"
 
 if [ "$DRY" != 1 ]; then
-  SITE=${SITE:-$HOME/kit/site}
-  # On the kit the project is on PYTHONPATH: its top-level envs/ must be importable as oat_dppo_envs.
-  [ -d "$SITE" ] && [ ! -e "$SITE/oat_dppo_envs" ] && ln -s "$PWD/envs" "$SITE/oat_dppo_envs"
   export HF_HUB_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_ENABLE_V1_MULTIPROCESSING=0
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >> "$W/window.txt" 2>&1
   (while sleep 15; do echo "$(date +%T) $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader)"; done) \
@@ -120,8 +117,8 @@ determinism() {
   if [ "$budget" -lt "$DETERMINISM_MIN_S" ]; then say "determinism: skipped (${budget} s left)"; return; fi
   [ "$budget" -gt "$DETERMINISM_S" ] && budget=$DETERMINISM_S
   if [ "$DRY" = 1 ]; then say "determinism: would run 3 runs of one seed for up to ${budget} s"; return; fi
-  say "determinism: python -m benchmarks.determinism --budget-s $budget"
-  timeout -s INT -k 60 $(( budget + 60 )) "$PY" -m benchmarks.determinism --budget-s "$budget" \
+  say "determinism: python -m benchmarks.reproducibility --budget-s $budget"
+  timeout -s INT -k 60 $(( budget + 60 )) "$PY" -m benchmarks.reproducibility --budget-s "$budget" \
     --out "$DETERMINISM_OUT" --runs-dir runs/determinism > "$W/determinism.log" 2>&1
   say "determinism: exit $?"
   mkdir -p "$W/determinism" && cp runs/determinism/*.log "$W/determinism/" 2>/dev/null  # the runs' own logs

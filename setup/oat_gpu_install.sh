@@ -13,7 +13,7 @@
 #   --repo   the project checkout to check imports against (default: this script's checkout, else $PWD)
 #
 # Afterwards run the project with KITDIR/venv/bin/python from the checkout's root (the project is not
-# installed: it travels as the checkout; KITDIR/venv/.../oat_dppo_envs points at its envs/ folder).
+# installed: it travels as the checkout, on the venv's path by a .pth).
 # Prints one line per step with its seconds, and `oat-gpu-kit: ready` last; exits non-zero on any failure.
 set -euo pipefail
 KIT=${1:?usage: oat_gpu_install.sh KITDIR [--cpu] [--repo DIR]}; shift
@@ -92,10 +92,9 @@ SITE=$("$V" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo 'import os; os.environ.setdefault("USE_TF", "0")' > "$SITE/oat_dppo_use_tf.pth"
 # The project is not installed: it runs from its checkout, which a .pth puts on every process's path
 # (launchpad starts its nodes from a temporary directory; they unpickle oat_dppo's classes), as an
-# editable install would; its top-level envs/ folder is the package oat_dppo_envs. The window script
-# writes both again for the checkout it runs from.
+# editable install would (both packages, oat_dppo and oat_dppo_envs). The window script writes it again
+# for the checkout it runs from.
 echo "$REPO" > "$SITE/oat_dppo_checkout.pth"
-ln -sfn "$REPO/envs" "$SITE/oat_dppo_envs"
 step "oat-llm, $VLLM, tensorflow-cpu, deepspeed, assets installed (--no-deps)"
 
 # 5. What pip's own check finds unmet: the requirements left out on purpose (KIT.txt says why: ray for

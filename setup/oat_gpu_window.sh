@@ -116,7 +116,6 @@ fi
 # This call's checkout is the project the nodes import (the checkout is laid anew on every call).
 SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$PWD" > "$SITE/oat_dppo_checkout.pth"
-ln -sfn "$PWD/envs" "$SITE/oat_dppo_envs"
 
 say "optimizer: $OPT_NOTE"
 export HF_HUB_OFFLINE=1 USE_TF=0 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false

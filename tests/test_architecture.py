@@ -83,6 +83,12 @@ def test_the_oat_adapter_stays_small():
     assert lines <= 1600, f"oat_dppo/backends/oat/ is {lines} lines: move shared logic out, or say why it grew"
 
 
+def test_no_module_of_the_package_is_over_800_lines():
+    """A room a reader can hold (issue 69): a module that outgrows it is split by what it does."""
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 800}
+    assert not long, long
+
+
 #: Settings a package documents as assignments (torch's reproducibility notes): not patches.
 DOCUMENTED_SETTINGS = {"torch.backends.cudnn.deterministic", "torch.backends.cudnn.benchmark"}
 

@@ -1,7 +1,7 @@
-"""`--deterministic` (oat_dppo/determinism.py) and its measurement (benchmarks/determinism.py), on a CPU.
+"""`--deterministic` (oat_dppo/determinism.py) and its measurement (benchmarks/reproducibility.py), on a CPU.
 
 What needs a GPU (cuBLAS, cuDNN, vLLM's batch-invariant kernels, whether the mode pins a GPU run and its
-cost) is measured by `python -m benchmarks.determinism` in a GPU window (setup/gpu_window.sh); here:
+cost) is measured by `python -m benchmarks.reproducibility` in a GPU window (setup/gpu_window.sh); here:
 the flag reaches config.json, two deterministic runs of one seed log the same rows (and another seed
 does not), the environment is set before vLLM is imported, an op without a deterministic kernel ends the
 run with one line, and the Oat backend refuses the flag.
@@ -21,7 +21,7 @@ from oat_dppo import determinism
 from oat_dppo.backends.oat import args as oat_args
 from oat_dppo.config import ConfigError
 from oat_dppo.main import parse
-from benchmarks import determinism as measure
+from benchmarks import reproducibility as measure
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = """\
@@ -62,7 +62,7 @@ def measured(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("determinism")
     (tmp / "tiny.toml").write_text(TINY)
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.determinism", "--study", str(tmp / "tiny.toml"), "--iterations", "3",
+        [sys.executable, "-m", "benchmarks.reproducibility", "--study", str(tmp / "tiny.toml"), "--iterations", "3",
          "--parallel", "1", "--budget-s", "280", "--trust-region", "dppo_binary_tv", "--seed", "0",
          "--out", str(tmp / "out"), "--runs-dir", str(tmp / "runs")],
         cwd=REPO, capture_output=True, text=True, env=child_env(OMP_NUM_THREADS="1"), timeout=300)

@@ -1,6 +1,5 @@
-"""The top-level envs/ folder: the environment definitions, installed as the package `oat_dppo_envs`
-(the project's own `smoke:digits`, the custom-environment example), and the package list that
-installs it."""
+"""The package `oat_dppo_envs`: the environment definitions (the project's own `smoke:digits`, the
+custom-environment example), and the package list that installs it."""
 
 from __future__ import annotations
 
@@ -21,17 +20,18 @@ from oat_dppo.main import main
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_the_definitions_come_from_the_top_level_envs_folder():
-    assert Path(oat_dppo_envs.__file__).resolve().parent == REPO / "envs"
+def test_the_definitions_come_from_the_oat_dppo_envs_folder():
+    assert Path(oat_dppo_envs.__file__).resolve().parent == REPO / "oat_dppo_envs"
     assert "smoke:digits" in oat_dppo_envs.OWN_ENV_IDS and "smoke:digits" in known_env_ids()
     assert get_preset("game:Sudoku-v0-easy") is oat_dppo_envs.FIRST_CLASS["game:Sudoku-v0-easy"]
 
 
 def test_pyproject_installs_every_package():
-    """The package list is written out (envs/ installs under another name): nothing may be missing."""
+    """The package list is written out: nothing may be missing."""
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "oat_dppo").rglob("__init__.py")}
-    assert found | {"oat_dppo_envs"} == listed
+    found = {".".join(p.parent.relative_to(REPO).parts)
+             for top in ("oat_dppo", "oat_dppo_envs") for p in (REPO / top).rglob("__init__.py")}
+    assert found == listed
 
 
 def test_smoke_digits_rewards_the_share_of_digits_over_two_turns():

@@ -379,7 +379,7 @@ def test_template_end_of_turn_tokens_stop_generation(policy):
                                           ("tis", {"level": "sequence"}), ("mis", {}), ("mis", {"level": "geometric"}),
                                           ("trm", {}), ("trm", {"reduce": "mean"})])
 def test_peer_strategies_train_through_the_learner(policy, name, params):
-    """Each peer mask (oat_dppo/trust_region/peers.py) in the local learner: two epochs over sampled
+    """Each peer mask (oat_dppo/trust_region/framework_masks.py) in the local learner: two epochs over sampled
     turns, the weights move, every metric finite, and the second epoch (pi moved off mu) is where a
     mask can act."""
     turns = sampled_turns(policy, n=4)

@@ -353,7 +353,7 @@ def test_topk_strategy_trains_on_the_actors_topk_arrays(tok, name):
 
 @pytest.mark.parametrize("name", ["ipo", "icepop", "kpop", "tis", "mis", "trm"])
 def test_peer_strategies_train_in_oats_learner(tok, name):
-    """Each peer mask (oat_dppo/trust_region/peers.py) through Oat's learning step: the weights move,
+    """Each peer mask (oat_dppo/trust_region/framework_masks.py) through Oat's learning step: the weights move,
     the trust-region metrics are finite; mu is 0.2 nats off the learner's pi, so the masks see a gap."""
     learner = H.make_stock_learner(args=dppo_args(trust_region=name), learner_cls=DPPOLearner)
     tr = H.make_transitions(tok, 8, behavior=learner.model, logprob_offset=-0.2)

@@ -831,7 +831,7 @@ def test_a_batch_of_well_formed_wrong_answers_is_not_a_collapse():
     """math's wrong answers earn its format-failure floor (0) too: only iterations at the floor with
     most turns malformed count as collapsed; where the well-formed rate was not logged, the reward
     alone decides (runs from before it existed)."""
-    from oat_dppo.study.report import floor_iterations
+    from oat_dppo.study.run_results import floor_iterations
 
     nan = math.nan
     reward = np.array([0.0, 0.0, 0.005, 0.3, 0.0, nan])
@@ -1121,7 +1121,7 @@ def test_iterations_without_reward_spread_are_counted_per_run_where_the_std_was_
     0) gives every turn a normalised advantage of 0 and moves nothing. The report counts such
     iterations per run (runs.csv `zero_spread_iterations`, the stability table's last column),
     whatever the reward; a run that never logged the std has no count (blank), not 0."""
-    from oat_dppo.study.report import zero_spread_iterations
+    from oat_dppo.study.run_results import zero_spread_iterations
 
     nan = math.nan
     assert zero_spread_iterations(np.array([0.0, 0.3, 0.0, nan, 1e-12])) == 3.0

@@ -15,7 +15,8 @@ from oat_dppo.config import TrainConfig
 from oat_dppo.envs import get_preset
 from oat_dppo.study import load_study
 from oat_dppo.study.constant_policy import constant_response_reward
-from oat_dppo.study.report import Group, RunResult, settled_runs, settled_text
+from oat_dppo.study.run_results import Group, RunResult
+from oat_dppo.study.tables import settled_runs, settled_text
 
 GTN = "game:GuessTheNumber-v0-easy"
 

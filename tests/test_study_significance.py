@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oat_dppo.study import significance
-from oat_dppo.study.report import Group, RunResult
+from oat_dppo.study.run_results import Group, RunResult
 from oat_dppo.study.significance import comparisons, permutation_p
 
 values = st.lists(st.floats(-1, 1, allow_nan=False).map(lambda v: round(v, 3)), min_size=2, max_size=6)

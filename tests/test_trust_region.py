@@ -30,7 +30,7 @@ ALL = [
     "dppo_binary_kl",
     "dppo_topk_tv",
     "dppo_topk_kl",
-    # the peers' masks (oat_dppo/trust_region/peers.py, tests/test_trust_region_peers.py)
+    # the peers' masks (oat_dppo/trust_region/framework_masks.py, tests/test_framework_masks.py)
     "ipo",
     "icepop",
     "kpop",

@@ -126,7 +126,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     ),
 }
 
-# The masks other frameworks ship (oat_dppo/trust_region/peers.py), each at its source's defaults, beside
+# The masks other frameworks ship (oat_dppo/trust_region/framework_masks.py), each at its source's defaults, beside
 # PG-IS and DPPO-TV, in figure 3's regime and in its 20x-mismatch control.
 PEERS = (
     PG_IS,

@@ -19,10 +19,14 @@ def __getattr__(name: str):  # the runner and the report load numpy/matplotlib: 
         from oat_dppo.study import runner
 
         return getattr(runner, name)
-    if name in ("write_report", "Report", "run_result", "build_groups"):
+    if name in ("write_report", "Report"):
         from oat_dppo.study import report
 
         return getattr(report, name)
+    if name in ("run_result", "build_groups"):
+        from oat_dppo.study import run_results
+
+        return getattr(run_results, name)
     raise AttributeError(name)
 
 

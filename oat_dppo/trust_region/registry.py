@@ -8,7 +8,7 @@ import inspect
 from typing import Any, Callable
 
 from oat_dppo.trust_region import strategies as S
-from oat_dppo.trust_region.peers import PEER_STRATEGIES
+from oat_dppo.trust_region.framework_masks import FRAMEWORK_STRATEGIES
 
 TrustRegionFactory = Callable[..., Any]
 
@@ -116,6 +116,6 @@ for _cls in (
     S.DPPOBinaryKL,
     S.DPPOTopKTV,
     S.DPPOTopKKL,
-    *PEER_STRATEGIES,
+    *FRAMEWORK_STRATEGIES,
 ):
     register(_cls.name, _cls)

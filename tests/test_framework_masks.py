@@ -1,4 +1,4 @@
-"""The peers' masks (`oat_dppo.trust_region.peers`): exact vectors from each source's formula, the
+"""Other frameworks' masks (`oat_dppo.trust_region.framework_masks`): exact vectors from each source's formula, the
 side each source takes at its threshold, sequence-level decisions (rows and packed sequence ids), and
 hypothesis properties: the gradient is -M * w * A (w = min(r, C), or one weight per sequence for
 sequence TIS), masked tokens get exactly 0, on-policy batches are the plain policy gradient, padding
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from oat_dppo.trust_region import TrustRegionInputs, binary_kl, make_trust_region
-from oat_dppo.trust_region.peers import clamped_binary_kl
+from oat_dppo.trust_region.framework_masks import clamped_binary_kl
 from oat_dppo.trust_region.sequences import per_sequence
 
 PEERS = ["ipo", "icepop", "kpop", "tis", "mis", "trm"]

@@ -222,4 +222,4 @@ class TrustRegionMask(MaskedPolicyGradient):
         return divergence > self.delta
 
 
-PEER_STRATEGIES = (IPO, IcePop, KPop, TruncatedIS, MaskedIS, TrustRegionMask)
+FRAMEWORK_STRATEGIES = (IPO, IcePop, KPop, TruncatedIS, MaskedIS, TrustRegionMask)

@@ -1,4 +1,4 @@
-"""The environment definitions of oat_dppo, installed as the package `oat_dppo_envs`.
+"""The environment definitions of oat_dppo (the package `oat_dppo_envs`, beside the runtime `oat_dppo`).
 
     preset.py          `EnvPreset`: an environment's defaults (instructions, turns, budget, format)
     games.py           GEM's language games (`game:*`): Sudoku, GuessTheNumber, ... (multi-turn)

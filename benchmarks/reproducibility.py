@@ -1,4 +1,4 @@
-"""`python -m benchmarks.determinism`: does `--deterministic` make one seed one run, and what does it cost?
+"""`python -m benchmarks.reproducibility`: does `--deterministic` make one seed one run, and what does it cost?
 
 Three runs of one grid point of a study's regime (default: experiments/gpu_decisive.toml's [base], pg_is,
 seed 1, 8 iterations), side by side on one machine: two with `--deterministic` (det_a, det_b) and one
@@ -41,7 +41,7 @@ from oat_dppo.config import ConfigError, assignments
 from oat_dppo.rundir import metrics_by_iteration
 from oat_dppo.study.spec import FIELDS, option_args, tomllib
 
-PROG = "python -m benchmarks.determinism"
+PROG = "python -m benchmarks.reproducibility"
 RUNS = (("det_a", True), ("det_b", True), ("plain", False))
 PAIRS = (("det_a", "det_b"), ("det_a", "plain"))
 REWARD = "rollout/reward_mean"
