@@ -214,6 +214,29 @@ def test_two_learners_take_the_single_rank_step_on_the_same_data(tmp_path, zero_
     assert single.max_weight_diff < 5e-5, single
 
 
+def test_a_learner_rank_that_trains_no_turn_neither_crashes_nor_hangs_the_round(tmp_path):
+    """`--ignore-no-eos` with one new token: a turn is trained only where that token is EOS (1 in ~260 for the
+    byte-level tiny model), so most rounds train nothing and, with these seeds, round 2 trains one turn on one
+    learner and none on the other. Oat all-reduces the round's log row key by key: the rank without a trained
+    token has no token-weighted means, and before `same_keys_on_every_rank` the program hung in round 2 (both
+    learners waiting in `eval_and_log`'s all-reduce)."""
+    argv = ["--gpus", "4", "--iterations", "3", "--episodes-per-iteration", "16", "--train-batch-size", "16",
+            "--train-batch-size-per-device", "4", "--max-new-tokens", "1", "--ignore-no-eos"]
+    run = Program(tmp_path / "untrained", *argv)
+    rc = run.wait()
+    left = no_process_left(run)
+    assert rc == 0, run.output()[-3000:]
+    assert left == []
+    rows = run.learning_rows()
+    assert len(rows) == 3
+    in_loss = [r["train/turns_in_loss"] for r in rows]  # the mean over the 2 ranks of each rank's count
+    assert 0.0 in in_loss  # a round where no rank trained a turn
+    uneven = [r for r, n in zip(rows, in_loss) if 0 < n < 1]  # 2 ranks, whole counts: one of them is 0
+    assert uneven, f"no round left one rank without a trained turn (turns in loss: {in_loss}): the case is not tested"
+    # the measuring rank's statistics, not a mean with a rank that measured nothing
+    assert all(r["train/kept_frac"] == 1.0 and r["train/grad_norm"] > 0 for r in uneven)
+
+
 # ---------------------------------------------------------------------------------------------
 # Faults
 # ---------------------------------------------------------------------------------------------

@@ -127,6 +127,24 @@ def _over_ranks(values: list, dtype: torch.dtype, op) -> list:
     return t.tolist()
 
 
+def same_keys_on_every_rank(infos: dict[str, float]) -> dict[str, float]:
+    """The round's metrics with the same keys, in the same order, on every learner rank. Oat all-reduces its log
+    row key by key in dict order: a rank that sends another key set hangs the round, and a rank whose share trained
+    no token has no token-weighted means (`MetricAccumulator` skips weight 0) and NaN advantage statistics. Every
+    rank sends the union of the ranks' keys, sorted; where its own value is missing or NaN it sends the mean of the
+    ranks that have one, so Oat's mean over the ranks is the mean over the ranks that measured it."""
+    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+        return dict(sorted(infos.items()))
+    every = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(every, {k: float(v) for k, v in infos.items()})
+    out = {}
+    for k in sorted(set().union(*every)):
+        measured = [r[k] for r in every if not math.isnan(r.get(k, math.nan))]
+        mine = float(infos.get(k, math.nan))
+        out[k] = mine if not math.isnan(mine) else (sum(measured) / len(measured) if measured else math.nan)
+    return out
+
+
 class MetricsFile:
     """In front of Oat's wandb logger (`learner._wandb`): one row per learning round in SAVE_PATH/metrics.jsonl,
     the local backend's file and names (`actor/...` as `rollout/...`), which plots and study reports read."""
@@ -257,10 +275,8 @@ class DPPOLearner(PPOLearner):
                              aggregation=self.aggregation, constant_length=self.constant_length,
                              logits_chunk_tokens=args.logits_chunk_tokens, layout=layout)
         self._optimizer_steps += int(metrics["optimizer_steps"])
-        infos = {k: torch.tensor(float(v)) for k, v in metrics.items()}
-        infos.update(recompute_s=torch.tensor(recompute_s), turns_received=torch.tensor(float(len(turns))),
-                     **{k: torch.tensor(v) for k, v in batch.advantage_stats().items()})
-        return infos
+        infos = {**metrics, "recompute_s": recompute_s, "turns_received": float(len(turns)), **batch.advantage_stats()}
+        return {k: torch.tensor(float(v)) for k, v in same_keys_on_every_rank(infos).items()}
 
     # -- weight sync, checked (--check-sync) -----------------------------------------------------------
     def sync_params_to_actors(self):
