@@ -55,6 +55,9 @@ class EnvPreset:
     # first observation, where it shows the task: a board, a question) or "seed" (where every task starts
     # with the same text, GuessTheNumber's hidden number).
     split_key: str = "seed"
+    # The few answers a question allows, where they are few (ACRE's labels): with `attempts` (oat_dppo.envs.retry)
+    # a wrong answer's reply then declares its counterfactual for the reply effect.
+    answer_labels: tuple[str, ...] = ()
     # Run step() with a private copy of the global `random`/`np.random` state (games draw from it).
     isolate_step_rng: bool = False
     first_class: bool = False

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .preset import EnvPreset, frozen
 
+ACRE_LABELS = ("on", "off", "undetermined")
+
 PRESETS = (
     EnvPreset(
         env_id="rg:arc_1d",
@@ -25,6 +27,7 @@ PRESETS = (
         env_kwargs=frozen(size=2000),
         first_class=True,
         split_key="observation",
+        answer_labels=ACRE_LABELS,
         description="reasoning-gym ACRE blicket causal induction: on/off/undetermined (single-turn)",
     ),
 )
@@ -41,8 +44,6 @@ def family_preset(env_id: str) -> EnvPreset:
 
 
 # ---- reading ACRE's text: what the listed trials allow (one reading for the bound and the demonstrator) ----
-
-ACRE_LABELS = ("on", "off", "undetermined")
 
 
 def acre_trials(question: str) -> tuple[list[tuple[frozenset[str], str]], list[str]]:

@@ -155,11 +155,17 @@ def acre_worked(prompt: str, rng: random.Random) -> str:
     """ACRE's causal rules over the listed trials, each step written before the label: every test object with
     what the trials say of it (in a trial whose light stayed off; the one object of an "on" trial not ruled
     out; neither), then the label that follows, e.g. "gray rubber cube: in an off trial. red rubber cube: the
-    one candidate of an on trial, a blicket. So on. \\boxed{on}". Reads the prompt's question only."""
-    from oat_dppo_envs.reasoning_gym import acre_evidence  # noqa: PLC0415 (the env package's own reading)
+    one candidate of an on trial, a blicket. So on. \\boxed{on}". Reads the prompt only: its question, and on a
+    retry (`--env-option attempts=N`) the grader's replies, answering a label they did not name."""
+    from oat_dppo.envs.retry import named_wrong  # noqa: PLC0415
+    from oat_dppo_envs.reasoning_gym import ACRE_LABELS, acre_evidence  # noqa: PLC0415 (the env package's own reading)
 
     evidence, label = acre_evidence(prompt.split("Question:", 1)[-1])
     steps = " ".join(f"{obj}: {ACRE_SAYS[kind]}." for obj, kind in evidence)
+    wrong = named_wrong(prompt)  # answered again after the grader's reply (`--env-option attempts=N`)
+    if label in wrong:
+        label = next((other for other in ACRE_LABELS if other not in wrong), label)
+        steps += f" Not {wrong[-1]}, the grader said."
     return f"{steps} So {label}. \\boxed{{{label}}}"
 
 

@@ -1,7 +1,7 @@
 """The machinery that runs text environments for the agent loop: GEM ids (and `math`,
 `math:procedural`, the project's own `smoke:*`, or `package.module:Factory`) -> `TextEnv`, preset
 lookup, prompt templates, action parsing. The definitions (presets per family, the project's own
-environments) live in the top-level `envs/` folder, installed as `oat_dppo_envs`.
+environments) live in the package `oat_dppo_envs`, beside this one.
 
     env = make_env("game:Sudoku-v0-easy", seed=123)
     obs, info = env.reset()

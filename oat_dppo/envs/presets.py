@@ -1,11 +1,12 @@
-r"""Which preset an environment id gets: the hand-set one of a first-class id (the definitions in
-the top-level `envs/` folder, installed as `oat_dppo_envs`), else its family's defaults.
+r"""Which preset an environment id gets: the hand-set one of a first-class id (the definitions of the package
+`oat_dppo_envs`), else its family's defaults.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import Any
 
 from oat_dppo_envs import DEFAULT_MAX_TURNS, EVAL_SEED_OFFSET, FIRST_CLASS, OWN_ENV_IDS, EnvPreset, games, reasoning_gym
 from oat_dppo_envs.math import LOCAL_MATH_ID, PROCEDURAL_MATH_ID
@@ -22,7 +23,7 @@ _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 __all__ = ["BOXED_ASK", "DEFAULT_MAX_TURNS", "EVAL_SEED_OFFSET", "EnvPreset", "FIRST_CLASS_ENV_IDS", "HUB_FAMILIES",
            "LOCAL_MATH_ID", "OWN_ENV_IDS", "PROCEDURAL_MATH_ID", "family_of", "frozen", "get_preset", "known_env_ids",
-           "takes_math_data"]
+           "plays_turns", "takes_math_data"]
 
 
 def family_of(env_id: str) -> str:
@@ -58,6 +59,12 @@ def get_preset(env_id: str) -> EnvPreset:
         obs_prefix="", obs_suffix="", isolate_step_rng=True,
         format_failure_reward=_declared_format_failure_reward(env_id),
     )
+
+
+def plays_turns(env_id: str, options: dict[str, Any]) -> bool:
+    """Whether an episode of `env_id` under its `make_env` options can last more than one turn: a multi-turn
+    preset, or a single-turn question answered in `attempts` turns (`oat_dppo.envs.retry`)."""
+    return get_preset(env_id).multi_turn or int(options.get("attempts", 1)) > 1
 
 
 def _declared_format_failure_reward(env_id: str) -> float:

@@ -24,6 +24,7 @@ from oat_dppo.envs.errors import DatasetUnavailableError, EnvOptionError, Unknow
 from oat_dppo.envs.imports import ImportPathError, load_object
 from oat_dppo.envs.imports import accepts_keyword as _accepts
 from oat_dppo.envs.math_data import MATH_DATA_HINT, load_math_file, make_math_env, with_shared_grader
+from oat_dppo.envs.retry import RetryAnswer
 from oat_dppo.envs.presets import (
     LOCAL_MATH_ID,
     OWN_ENV_IDS,
@@ -174,7 +175,8 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
       for a near miss, counts 0; a success and a format penalty stay), data_seed (seed of the shared question pool / math
       shuffle), split ("train" | "validation" | "test": play only that split's tasks, `oat_dppo.envs.splits`;
       validation shifts the instance seed and data_seed by the preset's eval_seed_offset, test by twice it;
-      default None: every task, unshifted).
+      default None: every task, unshifted), attempts (a single-turn question answered in up to N turns, the
+      grader's reply between: `oat_dppo.envs.retry`; max_turns follows).
     Math options: math_data (file for `math`, `math:*`, `eval:*`), question_key, answer_key,
       use_mp (grade in a subprocess; needed when stepping from threads), and for
       `math:procedural` size, tasks, answer (any | number: only a plain number in the box is graded) and
@@ -205,7 +207,14 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
     if isinstance(data_seed, bool) or not isinstance(data_seed, int) or not 0 <= data_seed < 2**32:
         raise ValueError(f"data_seed must be an int in [0, 2**32), got {data_seed!r}")
     seed += shift
+    attempts = int(options.pop("attempts", 1))
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts}")
+    if attempts > 1 and preset.multi_turn:
+        raise ValueError(f"attempts retries a single-turn question; {env_id} is multi-turn already")
     max_turns = options.pop("max_turns", None)
+    if max_turns is None and attempts > 1:
+        max_turns = attempts
     adapter_options = dict(
         max_turns=preset.max_turns if max_turns is None else int(max_turns),
         format_penalty=float(options.pop("format_penalty", 0.0)),
@@ -271,6 +280,8 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
             inner = _make_user_env(env_id, seed, env_kwargs, max_turns)
         else:
             inner = _make_gem_env(env_id, spec, data_seed, env_kwargs, math_options)
+    if attempts > 1:
+        inner = RetryAnswer(inner, attempts, preset.answer_labels)
 
     return TextEnv(inner, env_id=env_id, seed=seed, preset=preset, global_rng=global_rng, split=split,
                    **adapter_options)

@@ -25,6 +25,7 @@ from oat_dppo.components import build_trust_region
 from oat_dppo.config import ConfigError, TrainConfig
 from oat_dppo.engine.vllm import cpu_has_native_bf16
 from oat_dppo.envs import get_preset
+from oat_dppo.envs.presets import plays_turns
 from oat_dppo.trust_region import requirements
 
 #: TrainConfig name -> the Oat field that means the same thing.
@@ -386,7 +387,7 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
         raise ConfigError(f"--train-batch-size {args.train_batch_size} must be a multiple of "
                           f"--train-batch-size-per-device {mb} x {world} learner GPUs")
     per_update = args.train_batch_size // world  # turns (or episodes) per optimizer step per learner
-    counts_episodes = args.mini_batch_unit == "episodes" or not get_preset(args.env).multi_turn
+    counts_episodes = args.mini_batch_unit == "episodes" or not plays_turns(args.env, _config.env_options(args))
     if counts_episodes and per_round % per_update:  # a round's turns vary in a multi-turn env: no divisor
         raise ConfigError(f"--train-batch-size {args.train_batch_size} must divide the {per_round * world} episodes of "
                           f"a learning round ({per_round} per learner) so that every optimizer step is full")
