@@ -331,7 +331,7 @@ def test_actor_evaluation_hands_the_learner_the_reply_effect_cases_it_scores(tok
 
     class Actor:  # Oat's actor handle: `futures.evaluate_episodes` and the eval notifications
         class futures:  # noqa: N801
-            evaluate_episodes = staticmethod(lambda seeds: mock.Mock(result=lambda: (r, cases)))
+            evaluate_episodes = staticmethod(lambda seeds, split: mock.Mock(result=lambda: (r, cases)))
             notify_eval_start = notify_eval_done = staticmethod(lambda *a: mock.Mock(result=lambda: None))
 
     learner = H.make_stock_learner(args=dppo_args(env="smoke:hidden_digit", env_option=["guess=any_char"],
@@ -369,6 +369,9 @@ def test_actor_evaluation_and_combination(tok, model):
     actor = make_actor(dppo_args(eval_temperature=1.0), model, tok)
     r, _ = actor.evaluate_episodes([1, 2, 3])
     assert r["episodes"] == 3.0 and 0.0 <= r["success_rate"] <= 1.0
+    t, _ = actor.evaluate_episodes([1, 2], "test")  # the run's end: the test split's tasks, its own envs
+    assert t["episodes"] == 2.0 and {e.split for e in actor._env_pools["test"]} == {"test"}
+    assert {e.split for e in actor._env_pools["validation"]} == {"validation"}
     both = combine_eval([r, {"episodes": 1.0, **{k: 1.0 for k in r if k != "episodes"}}])
     assert both["episodes"] == 4.0
     assert both["success_rate"] == pytest.approx((3 * r["success_rate"] + 1.0) / 4)

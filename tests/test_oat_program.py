@@ -155,6 +155,11 @@ def test_the_program_trains_and_exits_cleanly(one_and_one):
     # The top layer and the final norm train; embeddings, the lower layer and the tied head do not.
     trained, total = map(int, re.search(r"--trainable-layers 1: (\d+) of (\d+) parameters train", out).groups())
     assert 0 < trained < total / 2 and config["trainable_layers"] == 1
+    # The run ends with one evaluation on the test split, as a local run does (the actor plays test tasks).
+    [evaluations] = one_and_one.run_dir.glob("*/evaluations.jsonl")
+    [test] = [json.loads(line) for line in evaluations.read_text().splitlines()]
+    assert (test["split"], test["iteration"], test["policy"], test["episodes"]) == ("test", 2, "last", 16.0)
+    assert 0.0 <= test["reward_mean"] <= 2.0 and "test: reward" in out
 
 
 def test_every_sync_reaches_the_actor_and_it_then_computes_the_learners_logprobs(one_and_one):

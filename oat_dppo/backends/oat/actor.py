@@ -78,8 +78,7 @@ class DPPOActor(PPOActor):
                                       top_p=args.eval_top_p, top_k=args.eval_top_k, **common)
         self.seed_base = time.time_ns() % (1 << 31) if args.rnd_seed else args.seed
         self.steps_done = 0
-        self._envs: list = []
-        self._eval_envs: list = []
+        self._env_pools: dict[str, list] = {}  # split -> its envs
 
     # -- vLLM ------------------------------------------------------------------------------------------
     def _generate_tokens(self, prompts: list, params: list) -> list:
@@ -104,8 +103,9 @@ class DPPOActor(PPOActor):
 
     # -- environments ------------------------------------------------------------------------------------
     def _envs_for(self, n: int, *, split: str) -> list:
-        """n envs of the split ("train", "validation"), built once and grown when needed (reset with their seeds)."""
-        pool = self._eval_envs if split == "validation" else self._envs
+        """n envs of the split ("train", "validation", "test"), built once and grown when needed (reset with their
+        seeds)."""
+        pool = self._env_pools.setdefault(split, [])
         if len(pool) < n:
             for env in pool:
                 env.close()
@@ -160,17 +160,19 @@ class DPPOActor(PPOActor):
         self.steps_done += 1
         return [episode_data(turns, ignore_no_eos=args.ignore_no_eos, info=info) for turns in trained], info
 
-    def evaluate_episodes(self, seeds: Sequence[int]) -> tuple[dict[str, float], list[Case]]:
-        """Held-out episodes with Oat's eval sampling (--eval-temperature/top-p/top-k), no top-K: their metrics and
-        the turns whose reply effect the learner scores (`DPPOLearner.evaluate`). vLLM's prompt log-probs would
-        cost a whole prompt's forward per scored move (a 64-episode GuessTheNumber evaluation: over 30 minutes)."""
+    def evaluate_episodes(self, seeds: Sequence[int], split: str = "validation") -> tuple[dict[str, float], list[Case]]:
+        """Held-out episodes of the split (validation as the run goes, test at its end) with Oat's eval sampling
+        (--eval-temperature/top-p/top-k), no top-K: their metrics and the turns whose reply effect the learner scores
+        (`DPPOLearner.held_out`). vLLM's prompt log-probs would cost a whole prompt's forward per scored move (a
+        64-episode GuessTheNumber evaluation: over 30 minutes)."""
         args = self.args
         if not (seeds := [int(s) for s in seeds]):
             return {"episodes": 0.0}, []
         episodes, _ = play_episodes(
-            self.eval_engine, self._envs_for(len(seeds), split="validation"), seeds, self.prompt,
+            self.eval_engine, self._envs_for(len(seeds), split=split), seeds, self.prompt,
             max_new_tokens=args.eval_generate_max_length or args.generate_max_length, topk=0,
-            generation_seed=derive_seed(self.seed_base, "oat-eval", self.steps_done),
+            generation_seed=derive_seed(self.seed_base, "oat-eval" if split == "validation" else f"oat-{split}",
+                                        self.steps_done),
         )
         m = episode_metrics(episodes)
         return {k: float(m.get(k, math.nan)) for k in EVAL_KEYS}, cases_from_episodes(episodes)

@@ -317,33 +317,56 @@ class DPPOLearner(PPOLearner):
         target = torch.tensor(response_ids, device=device)[:, None]  # [R, 1]
         return logits.log_softmax(-1).gather(-1, target)[:, 0].cpu()
 
+    # -- evaluation: held-out episodes in the actors ----------------------------------------------------
+    def evaluate(self, dataloader, steps):
+        """Oat's periodic evaluation: the validation split's episodes (`eval/*`)."""
+        if self.args.eval_episodes <= 0:
+            return {}
+        t0 = time.time()
+        out = {f"eval/{k}": float(v) for k, v in self.held_out("validation", self.args.eval_episodes).items()}
+        out["eval/elapse"] = time.time() - t0
+        return out
+
     def eval_and_log(self, train_info, eval=False, save=False):
         sync_info = getattr(self, "_sync_info", None)
         if sync_info:  # Oat all-reduces the row key by key: every rank adds the same keys (see above)
             train_info = {**train_info, **sync_info}
             self._sync_info = None
-        return super().eval_and_log(train_info, eval=eval, save=save)
+        out = super().eval_and_log(train_info, eval=eval, save=save)
+        if eval and save:  # Oat's last call, at the run's end (`LearnerBase.run`)
+            self.test_at_end()
+        return out
 
-    # -- evaluation: held-out episodes in the actors ----------------------------------------------------
-    def evaluate(self, dataloader, steps):
-        args = self.args
-        if args.eval_episodes <= 0:
-            return {}
+    def test_at_end(self) -> None:
+        """The run's one test evaluation of its final policy (`--test-episodes`), into evaluations.jsonl, as a local
+        run ends (`LocalTrainer._test_at_end`). Iteration: the last learning round's (round k is iteration k - 1)."""
+        if not (self.args.test_episodes and self.args.eval_every):  # as locally: --eval-every 0 evaluates nothing
+            return
         t0 = time.time()
+        metrics = self.held_out("test", self.args.test_episodes)
+        if self.strategy.is_rank_0():
+            metrics["seconds"] = time.time() - t0
+            iteration = self._wandb.rows - 1  # the rounds logged (a resumed run's included), round k iteration k - 1
+            RunDir(self.save_path, create=False).record_evaluation(split="test", iteration=iteration, policy="last",
+                                                                   metrics=metrics)
+            self.strategy.print(f"test: reward {metrics['reward_mean']:.3f} over {int(metrics['episodes'])} episodes")
+
+    def held_out(self, split: str, episodes: int) -> dict[str, float]:
+        """The split's `episodes` episodes, played by the actors (rank 0 asks them, seeds from `split_seeds`) and
+        scored for the reply effect on every rank; the same metrics on every rank."""
         self._pre_evaluate()
         shared = [{k: math.nan for k in EVAL_KEYS}, []]  # (metrics, reply-effect cases), rank 0's for every rank
         if self.strategy.is_rank_0():
-            seeds = split_seeds("validation", args.eval_episodes, args.seed)
+            seeds = split_seeds(split, episodes, self.args.seed)
             n = len(self.actors)
-            done = [f.result() for f in [a.futures.evaluate_episodes(seeds[i::n])
+            done = [f.result() for f in [a.futures.evaluate_episodes(seeds[i::n], split)
                                          for i, a in enumerate(self.actors) if seeds[i::n]]]
             shared = [combine_eval([m for m, _ in done]), [c for _, cases in done for c in cases]]
         torch.distributed.barrier(group=self._same_actor_group)
         torch.distributed.broadcast_object_list(shared, src=0)
         result, cases = shared
         # Every rank runs the scorer's forwards (ZeRO-3 gathers need all) with the weights the actors sample from.
-        result.update(scored(cases, lambda: ModelMovePolicy(hf_policy(self.model), self.tokenizer, args.response_prefix)))
+        result.update(scored(cases, lambda: ModelMovePolicy(hf_policy(self.model), self.tokenizer,
+                                                            self.args.response_prefix)))
         self._post_evaluate()
-        out = {f"eval/{k}": float(v) for k, v in result.items()}
-        out["eval/elapse"] = time.time() - t0
-        return out
+        return {k: float(v) for k, v in result.items()}
