@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 import re
 
+import pytest
+
 from oat_dppo.agent.demonstrations import DEMONSTRATORS
 from oat_dppo.envs import make_env
 
@@ -53,10 +55,14 @@ def test_linear_equation_steps_by_hand():
     assert linear_equation_steps("What is 2 + 2?") is None
 
 
-def test_equation_worked_solves_what_the_grader_grades_and_a_copied_question_scores_nothing():
+@pytest.mark.parametrize("max_value", [100, 10])
+def test_equation_worked_solves_what_the_grader_grades_and_the_blind_bounds_do_not(max_value):
     env_id = "math:procedural"
-    options = {"tasks": "simple_equations"}
-    for name, low, high in (("equation_worked", 0.95, 1.0), ("copy_question", 0.0, 0.0)):
+    options = {"tasks": "simple_equations", "max_value": max_value}
+    # a copied question never passes; at values to 10 (answers 1..10) a constant answer passes about one in ten
+    prior = (0.0, 0.1) if max_value == 100 else (0.025, 0.25)
+    for name, (low, high) in (("equation_worked", (0.95, 1.0)), ("copy_question", (0.0, 0.0)),
+                              ("equation_prior", prior)):
         env = make_env(env_id, seed=0, split="test", **options)
         act, rng, rewards = DEMONSTRATORS[name].act, random.Random(0), []
         try:

@@ -14,7 +14,7 @@ import pytest
 from helpers.child import child_env
 
 from oat_dppo.main import main
-from oat_dppo.study.mission import ARMS, COLUMNS, MissionError, Runner, load
+from oat_dppo.study.mission import ARMS, COLUMNS, MissionError, Runner, load, table_row
 from oat_dppo.study.mission_table import MARK_BEGIN, MARK_END, replace_block, separated, summarize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,6 +110,20 @@ def test_a_bad_mission_file_names_every_problem(tmp_path):
         load(path)
     text = str(e.value)
     assert "'what'" in text and "demo:NAME" in text and "warm_startt" in text
+
+
+def test_two_cells_of_one_env_id_need_an_env_label_to_keep_their_rows_apart(tmp_path):
+    cell = ('[[cell]]\nname = "{name}"\nenv = "math:procedural"\n{label}model = "m"\nseeds = [0]\n'
+            'warm_start = [{{ warm_start = "demo:equation_worked" }}]\nrl = {{ learning_rate = 1e-4 }}\n')
+    path = tmp_path / "two.toml"
+    path.write_text(cell.format(name="a", label="") + cell.format(name="b", label=""))
+    with pytest.raises(MissionError, match="cells a and b would write the same rows"):
+        load(path)
+    path.write_text(cell.format(name="a", label="") + cell.format(name="b", label='env_label = "math:small"\n'))
+    a, b = load(path).cells
+    assert (a.env_label, b.env_label) == ("math:procedural", "math:small")
+    assert table_row(b, "rl", 0, {"split": "test", "episodes": 4, "reward_mean": 0.5, "success_rate": 0.5})["env"] \
+        == "math:small"
 
 
 def row(arm, seed, mean, std, episodes=100, solved=""):

@@ -187,6 +187,16 @@ def copy_question(prompt: str, rng: random.Random) -> str:
     return f"\\boxed{{{next((line for line in reversed(lines) if '=' in line), lines[-1] if lines else '')}}}"
 
 
+# simple_equations at max_value=10: every answer is 1..10; the commonest in its 1,000-question training pool is 3
+# (114 of them, 9 at 111): a player that answers it whatever the question is the blind bound there.
+EQUATION_COMMONEST_ANSWER = 3
+
+
+def equation_prior(prompt: str, rng: random.Random) -> str:
+    """The commonest answer of small linear equations (`EQUATION_COMMONEST_ANSWER`), the question unread."""
+    return f"\\boxed{{{EQUATION_COMMONEST_ANSWER}}}"
+
+
 def arc_worked(prompt: str, rng: random.Random) -> str:
     """Arc1D: the rule of reasoning-gym's arc_1d families that fits every example (`ARC_RULES`) named, then applied
     to the test input, e.g. "Rule: shift right by 2. \\boxed{0 0 3 3 0}"; where no known rule fits, it says so and
@@ -231,6 +241,8 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
     "equation_worked": Demonstrator(equation_worked, "math:procedural",
                                     "a linear equation solved step by step (simple_equations), then the answer"),
     "copy_question": Demonstrator(copy_question, "math:procedural", "the question's equation, unsolved (blind bound)"),
+    "equation_prior": Demonstrator(equation_prior, "math:procedural",
+                                   "the commonest answer of equations with values to 10, the question unread (blind bound)"),
     "arc_worked": Demonstrator(arc_worked, "rg:arc_1d", "the arc_1d rule that fits the examples, named, then applied"),
     "arc_copy_input": Demonstrator(arc_copy_input, "rg:arc_1d", "the test input unchanged (Arc1D's blind bound)"),
     "random_empty": Demonstrator(sudoku_random_empty, "game:Sudoku",

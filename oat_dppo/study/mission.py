@@ -30,6 +30,7 @@ The file:
     [[cell]]
     name = "gtn_smollm2"
     env = "game:GuessTheNumber-v0-easy"
+    env_label = "..."                         # optional: the table's env column, where two cells share an env id
     model = "smollm2"
     backend = "local"
     seeds = [0, 1, 2]
@@ -66,8 +67,8 @@ from oat_dppo.study.spec import FIELDS, option_args
 ARMS = ("blind", "demonstrator", "warm_start", "rl", "control")
 COLUMNS = ("env", "model", "backend", "arm", "seed", "split", "episodes", "mean", "solved", "std")
 RECORDED_FILES = ("config.json", "metrics.jsonl", "evaluations.jsonl", "warm_start.jsonl")
-CELL_KEYS = {"name", "env", "model", "backend", "seeds", "blind", "demonstrator", "common", "warm_start", "rl",
-             "solved", "test_episodes"}
+CELL_KEYS = {"name", "env", "env_label", "model", "backend", "seeds", "blind", "demonstrator", "common", "warm_start",
+             "rl", "solved", "test_episodes"}
 TABLE_KEYS = {"out", "csv", "records", "test_episodes", "jobs"}
 
 
@@ -89,6 +90,10 @@ class Cell:
     rl: dict[str, Any]
     solved: bool = True  # the game has a notion of solving (success); False leaves the column empty
     test_episodes: int = 256  # [table] test_episodes unless the cell sets its own (a Sudoku board costs ~20 s)
+    env_label: str = ""  # the table's env column: the env id, or what tells two cells of one env id apart
+
+    def __post_init__(self) -> None:
+        self.env_label = self.env_label or self.env
 
 
 @dataclass
@@ -151,7 +156,13 @@ def load(path: str | Path) -> Mission:
             common=_options(f"{where} common", raw.get("common", {}), errors),
             warm_start=[_options(f"{where} warm_start[{j}]", s, errors) for j, s in enumerate(raw["warm_start"])],
             rl=_options(f"{where} rl", raw["rl"], errors), solved=bool(raw.get("solved", True)),
-            test_episodes=int(raw.get("test_episodes", mission.test_episodes))))
+            test_episodes=int(raw.get("test_episodes", mission.test_episodes)), env_label=raw.get("env_label", "")))
+    columns: dict[tuple, str] = {}
+    for cell in mission.cells:  # a row is keyed by its env column: two cells writing one would share their rows
+        other = columns.setdefault((cell.env_label, cell.model, cell.backend), cell.name)
+        if other != cell.name:
+            errors.append(f"{path}: cells {other} and {cell.name} would write the same rows ({cell.env_label}, "
+                          f"{cell.model}, {cell.backend}): give one an env_label")
     if any(c.backend != "local" for c in mission.cells):
         errors.append(f"{path}: backend 'oat' cells are not run by this runner yet (local only)")
     if errors:
@@ -188,7 +199,7 @@ def append_row(path: Path, row: dict) -> None:
 
 def table_row(cell: Cell, arm: str, seed: int, evaluation: dict) -> dict:
     """A CSV row from a test evaluation (`RunDir.record_evaluation`'s row)."""
-    return {"env": cell.env, "model": cell.model, "backend": cell.backend, "arm": arm, "seed": seed,
+    return {"env": cell.env_label, "model": cell.model, "backend": cell.backend, "arm": arm, "seed": seed,
             "split": evaluation["split"], "episodes": int(evaluation["episodes"]),
             "mean": f"{evaluation['reward_mean']:.6f}",
             "solved": f"{evaluation['success_rate']:.6f}" if cell.solved else "",
@@ -227,7 +238,7 @@ class Runner:
 
     # -- plan --------------------------------------------------------------------------------------
     def _key(self, cell: Cell, arm: str, seed: int) -> tuple:
-        return (cell.env, cell.model, cell.backend, arm, str(seed), "test")
+        return (cell.env_label, cell.model, cell.backend, arm, str(seed), "test")
 
     def plan(self) -> list[Work]:
         """Every arm and seed not in the CSV yet, scripted arms first (minutes), then the warm starts, then RL
