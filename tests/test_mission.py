@@ -15,7 +15,8 @@ from helpers.child import child_env
 
 from oat_dppo.main import main
 from oat_dppo.study.mission import ARMS, COLUMNS, MissionError, Runner, load, table_row
-from oat_dppo.study.mission_table import MARK_BEGIN, MARK_END, replace_block, separated, summarize
+from oat_dppo.study.mission_table import (MARK_BEGIN, MARK_END, difference, learned, replace_block, separated,
+                                         summarize)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--model", "tiny-qwen3", "--engine", "hf", "--threads", "1", "--no-progress", "--log", "none"]
@@ -141,6 +142,26 @@ def test_intervals_by_hand():
     rl, control = summarize([row("rl", s, 0.9, 0.3, 256) for s in range(3)]
                             + [row("control", s, m, 0.45, 256) for s, m in enumerate((0.6, 0.65, 0.62))])
     assert [rl.arm, control.arm] == ["rl", "control"] and separated(rl, control) and not separated(control, rl)
+
+
+def test_differences_are_paired_by_seed_and_learned_needs_every_margin():
+    rows = ([row("blind", s, 0.1, 0.3, 256) for s in (0, 1)]
+            + [row("warm_start", s, m, 0.4, 256) for s, m in ((0, 0.30), (1, 0.20))]
+            + [row("control", s, m, 0.4, 256) for s, m in ((0, 0.32), (1, 0.18))]
+            + [row("rl", s, m, 0.45, 256) for s, m in ((0, 0.50), (1, 0.40))])
+    arms = {a.arm: a for a in summarize(rows)}
+    gap, se = difference(arms["rl"], arms["warm_start"])
+    # the seeds' pairs differ by 0.20 both: no seed spread; the tasks' errors 0.45/16 and 0.4/16 in quadrature
+    assert math.isclose(gap, 0.2) and math.isclose(se, math.hypot(0.45, 0.4) / 16)
+    gap, se = difference(arms["rl"], arms["control"])  # pairs 0.18 and 0.22: sd 0.0283 / sqrt 2 = 0.02
+    assert math.isclose(gap, 0.2) and math.isclose(se, math.sqrt(0.02 ** 2 + (0.45 ** 2 + 0.4 ** 2) / 256))
+    assert learned(arms) is True
+    assert learned({k: v for k, v in arms.items() if k != "control"}) is None
+    near_blind = {**arms, "blind": summarize([row("blind", s, 0.36, 0.3, 256) for s in (0, 1)])[0]}
+    assert learned(near_blind) is False  # 0.45 is not 0.15 over 0.36
+    # seeds that disagree: RL over control by 0.3 on one seed and -0.1 on the other is no lift
+    split = summarize([row("rl", 0, 0.6, 0.45, 256), row("rl", 1, 0.2, 0.45, 256)])[0]
+    assert learned({**arms, "rl": split}) is False
 
 
 def test_the_table_replaces_only_its_block():

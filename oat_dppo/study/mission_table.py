@@ -45,6 +45,7 @@ class ArmSummary:
     mean: float
     half_width: float  # of the 95% interval
     solved: float | None  # mean over seeds of the solved share (None where the game has none)
+    se_tasks: float = 0.0  # the test tasks' sampling error of the mean (see the module docstring)
 
     @property
     def low(self) -> float:
@@ -78,13 +79,42 @@ def summarize(rows: Sequence[dict]) -> list[ArmSummary]:
             half = math.sqrt((t975(s - 1) * se_seeds) ** 2 + (1.96 * se_tasks) ** 2) if s > 1 else 1.96 * se_tasks
             solved = [float(r["solved"]) for r in group if r.get("solved") not in ("", None)]
             out.append(ArmSummary(*cell, arm, tuple(int(r["seed"]) for r in group), tuple(means), episodes, mean,
-                                  half, sum(solved) / len(solved) if solved else None))
+                                  half, sum(solved) / len(solved) if solved else None, se_tasks))
     return out
 
 
 def separated(a: ArmSummary, b: ArmSummary) -> bool:
     """a's interval lies wholly above b's."""
     return a.low > b.high
+
+
+def difference(a: ArmSummary, b: ArmSummary) -> tuple[float, float]:
+    """(mean of a - b over the seeds both have, its standard error). Arms of a seed start from one warm start
+    and play the same test tasks, so the seeds' spread is taken of the paired differences d_s = a_s - b_s:
+    se = sqrt(sd(d)^2 / S + se_tasks(a)^2 + se_tasks(b)^2) (the tasks' term as if independent: a wider error
+    than the paired one, never a narrower; sd(d) is 0 for one seed)."""
+    mine, theirs = dict(zip(a.seeds, a.seed_means)), dict(zip(b.seeds, b.seed_means))
+    diffs = [mine[s] - theirs[s] for s in mine if s in theirs]
+    if not diffs:
+        raise ValueError(f"{a.arm} and {b.arm} share no seed")
+    n = len(diffs)
+    mean = sum(diffs) / n
+    var_seeds = sum((d - mean) ** 2 for d in diffs) / (n - 1) / n if n > 1 else 0.0
+    return mean, math.sqrt(var_seeds + a.se_tasks ** 2 + b.se_tasks ** 2)
+
+
+LEARNED_OVER_BLIND = 0.15  # issue 68: RL at least this far over the best blind bound,
+LEARNED_SE = 2.0  # and above its warm start and its control by more than this many standard errors
+
+
+def learned(arms: dict[str, ArmSummary]) -> bool | None:
+    """Issue 68's "learned": RL's test mean at least `LEARNED_OVER_BLIND` over the blind bound and above its warm
+    start and its control by more than `LEARNED_SE` standard errors (`difference`); None without those arms."""
+    if not all(arm in arms for arm in ("rl", "control", "warm_start", "blind")):
+        return None
+    rl = arms["rl"]
+    over = [difference(rl, arms[arm]) for arm in ("warm_start", "control")]
+    return rl.mean >= arms["blind"].mean + LEARNED_OVER_BLIND and all(d > LEARNED_SE * se for d, se in over)
 
 
 def comparisons(summaries: Sequence[ArmSummary]) -> list[str]:
@@ -106,7 +136,13 @@ def comparisons(summaries: Sequence[ArmSummary]) -> list[str]:
                 said.append(f"no {label} row yet")
             else:
                 verdict = "above, intervals apart" if separated(rl, other) else "not separated from"
-                said.append(f"{verdict} {label} ({other.mean:.3f})")
+                gap, se = difference(rl, other)
+                said.append(f"{verdict} {label} ({other.mean:.3f}; RL {gap:+.3f}, {gap / se:+.1f} SE)"
+                            if se > 0 else f"{verdict} {label} ({other.mean:.3f})")
+        verdict = learned(arms)
+        if verdict is not None:
+            said.append(f"learned: {'yes' if verdict else 'no'} (RL >= blind + {LEARNED_OVER_BLIND}, > {LEARNED_SE:g} SE "
+                        f"over warm start and control)")
         lines.append(f"- {name}: " + "; ".join(said) + ".")
     return lines
 
