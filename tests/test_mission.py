@@ -15,8 +15,8 @@ from helpers.child import child_env
 
 from oat_dppo.main import main
 from oat_dppo.study.mission import ARMS, COLUMNS, MissionError, Runner, load, table_row
-from oat_dppo.study.mission_table import (MARK_BEGIN, MARK_END, difference, learned, replace_block, separated,
-                                         summarize)
+from oat_dppo.study.mission_table import (MARK_BEGIN, MARK_END, comparisons, difference, learned, replace_block,
+                                         separated, summarize)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--model", "tiny-qwen3", "--engine", "hf", "--threads", "1", "--no-progress", "--log", "none"]
@@ -125,6 +125,67 @@ def test_two_cells_of_one_env_id_need_an_env_label_to_keep_their_rows_apart(tmp_
     assert (a.env_label, b.env_label) == ("math:procedural", "math:small")
     assert table_row(b, "rl", 0, {"split": "test", "episodes": 4, "reward_mean": 0.5, "success_rate": 0.5})["env"] \
         == "math:small"
+
+
+OAT_CELL = """
+[[cell]]
+name = "tiny_gtn_oat"
+env = "game:GuessTheNumber-v0-easy"
+model = "tiny-qwen3"
+backend = "oat"
+seeds = [0]
+warm_from = "tiny_gtn"
+common = {{ response_prefix = "\\\\boxed{{", max_new_tokens = 4, log = "none", env_option = ["partial_credit=false"] }}
+rl = {{ iterations = 1, episodes_per_iteration = 8, group_size = 4, mini_batch_size = 8, eval_every = 1, eval_episodes = 2, dtype = "float32" }}
+oat_args = ["--gpus", "2", "--zero-stage", "2", "--no-flash-attn", "--shm-size-mb", "200", "--check-sync", "off", "--train-batch-size-per-device", "4"]
+"""
+
+
+def oat_mission(tmp_path, extra: str = "") -> Path:
+    path = tmp_path / "mission.toml"
+    text = MISSION.replace("jobs = 2", "jobs = 1") + OAT_CELL + extra
+    path.write_text(text.format(out=tmp_path / "runs", csv=tmp_path / "table.csv", records=tmp_path / "records"))
+    return path
+
+
+def test_an_oat_cell_starts_from_its_local_cells_warm_start_and_says_what_it_cannot_do(tmp_path):
+    runner = Runner(load(oat_mission(tmp_path)), out=open("/dev/null", "w"), cells=("tiny_gtn_oat",))
+    # chosen alone, it brings the local cell's warm start along (its export is missing), and nothing else of it
+    assert [(w.key, w.after) for w in runner.plan()] == [
+        ("tiny_gtn/warm_start/s0", ()), ("tiny_gtn_oat/rl/s0", ("tiny_gtn/warm_start/s0",)),
+        ("tiny_gtn_oat/control/s0", ("tiny_gtn/warm_start/s0",))]
+    export = tmp_path / "runs/tiny_gtn/s0/warm1/model"
+    export.mkdir(parents=True)
+    (export / "config.json").write_text("{}")
+    assert [w.key for w in Runner(load(oat_mission(tmp_path)), cells=("tiny_gtn_oat",)).plan()] == [
+        "tiny_gtn_oat/rl/s0", "tiny_gtn_oat/control/s0"]  # an export made: RL alone
+    bad = oat_mission(tmp_path, OAT_CELL.replace("tiny_gtn_oat", "bad").replace('"tiny_gtn"', '"nope"')
+                      .replace("iterations = 1", "keep_best = true, iterations = 1")
+                      .replace("seeds = [0]", 'seeds = [0]\nblind = "demo:blind_sweep"'))
+    with pytest.raises(MissionError) as e:
+        load(bad)
+    text = str(e.value)
+    assert "warm_from 'nope' names no local cell" in text and "keep_best is local-backend only" in text
+    assert "no blind of its own" in text
+
+
+@pytest.mark.slow
+def test_an_oat_cell_runs_oats_program_and_reports_beside_the_local_warm_start(tmp_path):
+    pytest.importorskip("launchpad", reason="Oat's stack is .venv-oat (`make setup-oat`)")
+    path = oat_mission(tmp_path)
+    path.write_text(path.read_text().replace("[table]", f'[table]\noat_python = "{sys.executable}"'))
+    assert Runner(load(path), out=open("/dev/null", "w")).run() == 0
+    rows = list(csv.DictReader(open(tmp_path / "table.csv", newline="")))
+    oat = {r["arm"]: r for r in rows if r["backend"] == "oat"}
+    assert sorted(oat) == ["control", "rl"] and {r["episodes"] for r in oat.values()} == {"6"}
+    for arm in ("rl", "control"):  # Oat's run, recorded as a local one: what ran, from which export
+        config = json.loads((tmp_path / "records/tiny_gtn_oat/s0" / arm / "config.json").read_text())
+        assert config["backend"] == "oat" and config["model"] == str(tmp_path / "runs/tiny_gtn/s0/warm1/model")
+        assert config["shuffle_advantages"] == (arm == "control")
+    lines = comparisons(summarize(rows))
+    (said,) = [line for line in lines if "(oat)" in line]
+    assert "its warm start (local)" in said and "the blind bound (local)" in said
+    assert Runner(load(path), out=open("/dev/null", "w")).plan() == []
 
 
 def row(arm, seed, mean, std, episodes=100, solved=""):

@@ -26,6 +26,7 @@ The file:
     records = "docs/results/mission_table"
     test_episodes = 256
     jobs = 2                                  # runs at once (give each --threads 1)
+    oat_python = ".venv-oat/bin/python"       # runs the Oat cells (Oat's stack: make setup-oat)
 
     [[cell]]
     name = "gtn_smollm2"
@@ -39,6 +40,13 @@ The file:
     common = { ... }                          # options of python -m oat_dppo.main for every run of the cell
     warm_start = [{ ... }, { ... }]           # its stages' options
     rl = { ... }                              # the RL's options; keep_best = true scores the best validation policy
+
+    [[cell]]                                  # the same RL on Oat's program ([table] oat_python runs it)
+    name = "gtn_smollm2_oat"
+    backend = "oat"
+    warm_from = "gtn_smollm2"                 # from that local cell's warm start, seed by seed (its rows are ours)
+    oat_args = ["--gpus", "2", ...]           # Oat's own flags
+    ...                                       # env, model, seeds, common, rl as above (no keep_best on Oat)
 """
 
 from __future__ import annotations
@@ -68,8 +76,9 @@ ARMS = ("blind", "demonstrator", "warm_start", "rl", "control")
 COLUMNS = ("env", "model", "backend", "arm", "seed", "split", "episodes", "mean", "solved", "std")
 RECORDED_FILES = ("config.json", "metrics.jsonl", "evaluations.jsonl", "warm_start.jsonl")
 CELL_KEYS = {"name", "env", "env_label", "model", "backend", "seeds", "blind", "demonstrator", "common", "warm_start",
-             "rl", "solved", "test_episodes"}
-TABLE_KEYS = {"out", "csv", "records", "test_episodes", "jobs"}
+             "rl", "solved", "test_episodes", "warm_from", "oat_args"}
+TABLE_KEYS = {"out", "csv", "records", "test_episodes", "jobs", "oat_python"}
+BACKENDS = ("local", "oat")
 
 
 class MissionError(ValueError):
@@ -91,6 +100,8 @@ class Cell:
     solved: bool = True  # the game has a notion of solving (success); False leaves the column empty
     test_episodes: int = 256  # [table] test_episodes unless the cell sets its own (a Sudoku board costs ~20 s)
     env_label: str = ""  # the table's env column: the env id, or what tells two cells of one env id apart
+    warm_from: str | None = None  # an Oat cell's RL starts from this local cell's warm start (its export, per seed)
+    oat_args: tuple[str, ...] = ()  # Oat's own flags for an Oat cell's runs (--gpus 2 --zero-stage 2 ...)
 
     def __post_init__(self) -> None:
         self.env_label = self.env_label or self.env
@@ -105,6 +116,7 @@ class Mission:
     test_episodes: int
     jobs: int
     cells: list[Cell] = field(default_factory=list)
+    oat_python: str = ".venv-oat/bin/python"  # runs an Oat cell (Oat's stack: Python 3.10, `make setup-oat`)
 
 
 def is_mission_file(path: str | Path) -> bool:
@@ -139,11 +151,14 @@ def load(path: str | Path) -> Mission:
     mission = Mission(path, Path(table.get("out", "runs/mission_table")),
                       Path(table.get("csv", "docs/results/mission_table.csv")),
                       Path(table.get("records", "docs/results/mission_table")),
-                      int(table.get("test_episodes", 256)), int(table.get("jobs", 1)))
+                      int(table.get("test_episodes", 256)), int(table.get("jobs", 1)),
+                      oat_python=str(table.get("oat_python", ".venv-oat/bin/python")))
     for i, raw in enumerate(data.get("cell", [])):
         where = f"{path}: [[cell]] {raw.get('name', i)}"
         errors += [f"{where}: {k!r}: unknown (one of {sorted(CELL_KEYS)})" for k in raw if k not in CELL_KEYS]
-        missing = [k for k in ("name", "env", "model", "seeds", "rl", "warm_start") if k not in raw]
+        oat = raw.get("backend", "local") == "oat"
+        missing = [k for k in ("name", "env", "model", "seeds", "rl", "warm_from" if oat else "warm_start")
+                   if k not in raw]
         if missing:
             errors.append(f"{where}: needs {', '.join(missing)}")
             continue
@@ -154,20 +169,49 @@ def load(path: str | Path) -> Mission:
             name=raw["name"], env=raw["env"], model=raw["model"], backend=raw.get("backend", "local"),
             seeds=[int(s) for s in raw["seeds"]], blind=raw.get("blind"), demonstrator=raw.get("demonstrator"),
             common=_options(f"{where} common", raw.get("common", {}), errors),
-            warm_start=[_options(f"{where} warm_start[{j}]", s, errors) for j, s in enumerate(raw["warm_start"])],
+            warm_start=[_options(f"{where} warm_start[{j}]", s, errors)
+                        for j, s in enumerate(raw.get("warm_start", []))],
             rl=_options(f"{where} rl", raw["rl"], errors), solved=bool(raw.get("solved", True)),
-            test_episodes=int(raw.get("test_episodes", mission.test_episodes)), env_label=raw.get("env_label", "")))
+            test_episodes=int(raw.get("test_episodes", mission.test_episodes)), env_label=raw.get("env_label", ""),
+            warm_from=raw.get("warm_from"), oat_args=tuple(str(a) for a in raw.get("oat_args", ()))))
+    errors += _backend_errors(path, mission.cells)
     columns: dict[tuple, str] = {}
     for cell in mission.cells:  # a row is keyed by its env column: two cells writing one would share their rows
         other = columns.setdefault((cell.env_label, cell.model, cell.backend), cell.name)
         if other != cell.name:
             errors.append(f"{path}: cells {other} and {cell.name} would write the same rows ({cell.env_label}, "
                           f"{cell.model}, {cell.backend}): give one an env_label")
-    if any(c.backend != "local" for c in mission.cells):
-        errors.append(f"{path}: backend 'oat' cells are not run by this runner yet (local only)")
     if errors:
         raise MissionError("\n".join(errors))
     return mission
+
+
+def _backend_errors(path: Path, cells: list[Cell]) -> list[str]:
+    """An Oat cell runs RL only, from a local cell's warm start of the same env and model (Oat cannot warm-start,
+    resume or keep the best policy: oat_dppo.backends.oat.args.LOCAL_ONLY); its blind, demonstrator and warm start
+    rows are that cell's."""
+    errors, local = [], {c.name: c for c in cells if c.backend == "local"}
+    for cell in cells:
+        where = f"{path}: [[cell]] {cell.name}"
+        if cell.backend not in BACKENDS:
+            errors.append(f"{where}: backend {cell.backend!r} (one of {', '.join(BACKENDS)})")
+        elif cell.backend == "local":
+            if cell.warm_from is not None or cell.oat_args:
+                errors.append(f"{where}: warm_from and oat_args are for backend 'oat' cells")
+            if not cell.warm_start:
+                errors.append(f"{where}: needs its warm_start stages")
+        else:
+            source = local.get(cell.warm_from or "")
+            if source is None:
+                errors.append(f"{where}: warm_from {cell.warm_from!r} names no local cell of this file")
+            elif (source.env, source.model) != (cell.env, cell.model) or set(cell.seeds) - set(source.seeds):
+                errors.append(f"{where}: warm_from {source.name} has another env, model or seeds")
+            for arm in ("blind", "demonstrator", "warm_start"):
+                if getattr(cell, arm):
+                    errors.append(f"{where}: an Oat cell has no {arm} of its own (its warm_from cell's rows are its)")
+            if cell.rl.get("keep_best"):
+                errors.append(f"{where}: keep_best is local-backend only (Oat scores its last policy)")
+    return errors
 
 
 # ---- the CSV: one row an arm and seed -----------------------------------------------------------------
@@ -225,6 +269,7 @@ class Runner:
     def __init__(self, mission: Mission, *, python: str = sys.executable, out=sys.stdout,
                  arms: tuple[str, ...] = ARMS, cells: tuple[str, ...] | None = None):
         self.mission, self.python, self.out, self.arms = mission, python, out, arms
+        self.by_name = {c.name: c for c in mission.cells}  # an Oat cell's warm_from source, chosen or not
         if cells is not None:
             unknown = set(cells) - {c.name for c in mission.cells}
             if unknown:
@@ -254,22 +299,31 @@ class Runner:
                 for arm in ("blind", "demonstrator"):
                     if getattr(cell, arm) and self._key(cell, arm, seed) not in self.done:
                         work.append(Work(cell, arm, seed))
+        warm_keys: set[str] = set()
         for cell in self.mission.cells:
+            source = self._source(cell)
             for seed in cell.seeds:
                 rl_left = [a for a in ("rl", "control") if self._key(cell, a, seed) not in self.done]
-                warm = Work(cell, "warm_start", seed)
-                if self._key(cell, "warm_start", seed) not in self.done or (
-                        rl_left and not self._export(cell, seed, len(cell.warm_start)).joinpath("config.json").is_file()):
+                warm = Work(source, "warm_start", seed)
+                row_left = cell is source and self._key(cell, "warm_start", seed) not in self.done
+                export_left = rl_left and not self._export(source, seed).joinpath("config.json").is_file()
+                if (row_left or export_left) and warm.key not in warm_keys:
                     work.append(warm)  # (again where a later session lacks its exported policy)
-                work += [Work(cell, a, seed, after=(warm.key,) if warm in work else ()) for a in rl_left]
+                    warm_keys.add(warm.key)
+                work += [Work(cell, a, seed, after=(warm.key,) if warm.key in warm_keys else ()) for a in rl_left]
         return work
+
+    def _source(self, cell: Cell) -> Cell:
+        """The cell whose warm start `cell`'s RL starts from: itself, or an Oat cell's `warm_from`."""
+        return self.by_name[cell.warm_from] if cell.warm_from else cell
 
     # -- paths and commands ------------------------------------------------------------------------
     def _dir(self, cell: Cell, seed: int, name: str) -> Path:
         return self.mission.out / cell.name / f"s{seed}" / name
 
-    def _export(self, cell: Cell, seed: int, stage: int) -> Path:
-        return self._dir(cell, seed, f"warm{stage}") / "model"
+    def _export(self, cell: Cell, seed: int, stage: int | None = None) -> Path:
+        """The exported policy of a warm start stage (default: the last, the one RL starts from)."""
+        return self._dir(cell, seed, f"warm{stage or len(cell.warm_start)}") / "model"
 
     def _main(self, run_dir: Path, options: dict[str, Any]) -> list[str]:
         if (run_dir / "config.json").is_file() and (run_dir / "checkpoint").exists():
@@ -294,8 +348,8 @@ class Runner:
             raise RuntimeError(f"{run_dir}: no test evaluation of its {policy} policy")
         return tests[-1]
 
-    def _record(self, cell: Cell, seed: int, run_dir: Path) -> None:
-        target = self.mission.records / cell.name / f"s{seed}" / run_dir.name
+    def _record(self, cell: Cell, seed: int, run_dir: Path, name: str | None = None) -> None:
+        target = self.mission.records / cell.name / f"s{seed}" / (name or run_dir.name)
         target.mkdir(parents=True, exist_ok=True)
         for name in RECORDED_FILES:
             if (run_dir / name).is_file():
@@ -340,9 +394,11 @@ class Runner:
     def _rl(self, work: Work) -> dict:
         cell, seed = work.cell, work.seed
         run_dir = self._dir(cell, seed, work.arm)
-        options = {**self._base(cell, seed), "model": str(self._export(cell, seed, len(cell.warm_start))), **cell.rl,
+        options = {**self._base(cell, seed), "model": str(self._export(self._source(cell), seed)), **cell.rl,
                    "test_episodes": work.cell.test_episodes, "shuffle_advantages": work.arm == "control"}
         log = run_dir.with_suffix(".log")
+        if cell.backend == "oat":
+            return self._rl_on_oat(work, run_dir, options, log)
         self._call(self._main(run_dir, options), log)
         policy = "last"
         if options.get("keep_best"):  # the policy validation chose, scored on test
@@ -352,6 +408,25 @@ class Runner:
                             "--episodes", str(work.cell.test_episodes)], log)
         self._record(cell, seed, run_dir)
         return self._test_row(run_dir, policy)
+
+    def _rl_on_oat(self, work: Work, run_dir: Path, options: dict[str, Any], log: Path) -> dict:
+        """The RL arm on Oat's program (`oat_python`): Oat writes the run under run_dir/<its run name>/; it cannot
+        resume, so a stopped run starts over, and it keeps no best policy, so its last one is scored."""
+        finished = _oat_finished(run_dir)
+        if finished is None and shutil.which(self.mission.oat_python) is None:
+            raise RuntimeError(f"no Oat stack at {self.mission.oat_python} ([table] oat_python): make setup-oat "
+                               f"(Python 3.10) runs this cell")
+        if finished is None:
+            if run_dir.exists():
+                self.say(f"{work.key}: an unfinished Oat run starts over (Oat cannot resume): {run_dir}")
+                shutil.rmtree(run_dir)
+            self._call([self.mission.oat_python, "-m", "oat_dppo.main"] + option_args({**options, "backend": "oat"})
+                       + ["--run-dir", str(run_dir), *work.cell.oat_args], log)
+            finished = _oat_finished(run_dir)
+            if finished is None:
+                raise RuntimeError(f"{run_dir}: the Oat run ended without a test evaluation; its log: {log}")
+        self._record(work.cell, work.seed, finished, name=run_dir.name)
+        return self._test_row(finished)
 
     def _do(self, work: Work) -> dict:
         do: Callable[[Work], dict] = {"blind": self._scripted, "demonstrator": self._scripted,
@@ -395,6 +470,12 @@ class Runner:
             return 1
         self.say(f"every arm done: {self.mission.csv}")
         return 0
+
+
+def _oat_finished(run_dir: Path) -> Path | None:
+    """The directory Oat wrote a finished run into (run_dir/<run name>/, with its test evaluation), or None."""
+    done = [d for d in sorted(run_dir.glob("*/")) if any(r.get("split") == "test" for r in _evaluations(d))]
+    return done[-1] if done else None
 
 
 def _evaluations(run_dir: Path) -> list[dict]:

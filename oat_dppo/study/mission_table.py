@@ -128,10 +128,16 @@ def comparisons(summaries: Sequence[ArmSummary]) -> list[str]:
         if rl is None:
             lines.append(f"- {name}: no RL row yet ({', '.join(arms)} measured).")
             continue
+        # an Oat cell's RL starts from a local cell's warm start: that cell's warm start and blind rows are its own
+        borrowed = {s.arm: s for s in summaries if (s.env, s.model) == cell[:2] and s.backend != cell[2]
+                    and s.arm in ("warm_start", "blind") and s.arm not in arms}
+        arms = {**borrowed, **arms}
         said = [f"RL {rl.mean:.3f} on {len(rl.seeds)} seed(s)"]
         for arm, label in (("control", "its shuffled-advantage control"), ("warm_start", "its warm start"),
                            ("blind", "the blind bound")):
             other = arms.get(arm)
+            if arm in borrowed:
+                label += f" ({other.backend})"
             if other is None:
                 said.append(f"no {label} row yet")
             else:
