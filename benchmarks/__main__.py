@@ -38,6 +38,8 @@ BENCHMARKS = {
                                                         "(success, the guesses played)"),
     "sudoku-work": ("benchmarks.sudoku_work", "Sudoku: which step of a worked move (the cell's line, the digits it "
                                               "lacks, the move) a run's logged episodes get wrong"),
+    "acre-work": ("benchmarks.acre_work", "ACRE: which step of a worked answer (each object's evidence, the label) a "
+                                          "run's logged episodes get wrong"),
     "gpu": ("benchmarks.gpu", "one GPU: vLLM rollout, weight sync, learner, and the mismatch table"),
 }
 USAGE = "usage: python -m benchmarks {" + ",".join(BENCHMARKS) + "} [--help | options]"

@@ -1,0 +1,87 @@
+"""ACRE: which step of a worked answer a run's policy gets wrong (`demo:acre_worked`'s format).
+
+    python -m benchmarks acre-work RUN_DIR
+
+A worked answer names each test object with what the trials say of it, then the label: "gray rubber cube: in an
+off trial. red rubber cube: the one candidate of an on trial, a blicket. So on. \\boxed{on}". Reads
+RUN_DIR/episodes.jsonl (`--log-episodes`) and prints, for each kind of evidence the rules give an object (in an
+off trial; the blicket of an on trial; no evidence), how many test objects had it and the share the policy named
+rightly, then per answer:
+
+* form: every test object named with one of the three verdicts, then "So LABEL. \\boxed{LABEL}";
+* follows: the label is the one its own written verdicts give (the last step, on the model's own work);
+* right: the label is the rules' (what reasoning-gym grades, 0.96 of its labels).
+
+An answer whose verdicts are right but whose label does not follow needs the last step trained; wrong verdicts
+of one kind name the lookup the policy has not learned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+from oat_dppo.agent.demonstrations import ACRE_SAYS
+from oat_dppo.cli import fail, stdout_may_close
+from oat_dppo_envs.reasoning_gym import acre_evidence
+
+KINDS = tuple(ACRE_SAYS)  # off, blicket, unknown
+LABEL = re.compile(r"So (on|off|undetermined)\. \\boxed\{(on|off|undetermined)\}\s*$")
+
+
+def label_of(kinds: list[str]) -> str:
+    """ACRE's label from each test object's evidence (as `acre_evidence` gives it)."""
+    return "on" if "blicket" in kinds else "off" if kinds and set(kinds) == {"off"} else "undetermined"
+
+
+def check(prompt: str, response: str) -> tuple[list[tuple[str, bool]], dict[str, bool]]:
+    """([(the rules' kind of each test object, named rightly?)], {form, follows, right}) of one answer."""
+    evidence, label = acre_evidence(prompt.split("Question:", 1)[-1])
+    said_by_text = {text: kind for kind, text in ACRE_SAYS.items()}
+    stated = []
+    for obj, _ in evidence:
+        found = re.search(rf"(?:^|\. ){re.escape(obj)}: ([^.]*)\.", response)
+        stated.append(said_by_text.get(found.group(1)) if found else None)
+    objects = [(kind, said == kind) for (_, kind), said in zip(evidence, stated)]
+    end = LABEL.search(response)
+    form = end is not None and end.group(1) == end.group(2) and None not in stated
+    return objects, {"form": form, "follows": form and end.group(1) == label_of(stated),
+                     "right": end is not None and end.group(2) == label}
+
+
+def tally(episodes: list[dict]) -> tuple[Counter, Counter, Counter, int]:
+    """(objects per kind, rightly named per kind, answers per step held, answers)."""
+    objects, named, steps, answers = Counter(), Counter(), Counter(), 0
+    for e in episodes:
+        for t in e["turns"]:
+            answers += 1
+            per_object, held = check(t["prompt"], t["response"])
+            for kind, right in per_object:
+                objects[kind] += 1
+                named[kind] += right
+            steps.update(step for step, ok in held.items() if ok)
+    return objects, named, steps, answers
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks acre-work", description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir", type=Path, help="a run directory with episodes.jsonl (rg:acre, worked answers)")
+    a = p.parse_args(argv)
+    log = a.run_dir / "episodes.jsonl"
+    if not log.is_file():
+        return fail(f"{a.run_dir}: needs episodes.jsonl (a run with --log-episodes > 0)")
+    episodes = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    objects, named, steps, answers = tally(episodes)
+    with stdout_may_close():
+        print(f"{answers} logged answers of {a.run_dir}\n")
+        print("| the rules' evidence | test objects | named rightly |\n|---|---|---|")
+        for kind in KINDS:
+            share = f"{named[kind] / objects[kind]:.2f}" if objects[kind] else "-"
+            print(f"| {ACRE_SAYS[kind]} | {objects[kind]} | {named[kind]} ({share}) |")
+        print("\n| answers | form | follows | right |\n|---|---|---|---|")
+        print(f"| {answers} | " + " | ".join(f"{steps[s] / max(answers, 1):.2f}" for s in ("form", "follows", "right"))
+              + " |")
+    return 0
