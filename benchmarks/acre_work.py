@@ -18,14 +18,12 @@ of one kind name the lookup the policy has not learned.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 from collections import Counter
-from pathlib import Path
 
 from oat_dppo.agent.demonstrations import ACRE_SAYS
-from oat_dppo.cli import fail, stdout_may_close
+from benchmarks.logged import logged_episodes
+from oat_dppo.cli import stdout_may_close
 from oat_dppo_envs.reasoning_gym import acre_evidence
 
 KINDS = tuple(ACRE_SAYS)  # off, blicket, unknown
@@ -67,16 +65,13 @@ def tally(episodes: list[dict]) -> tuple[Counter, Counter, Counter, int]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks acre-work", description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", type=Path, help="a run directory with episodes.jsonl (rg:acre, worked answers)")
-    a = p.parse_args(argv)
-    log = a.run_dir / "episodes.jsonl"
-    if not log.is_file():
-        return fail(f"{a.run_dir}: needs episodes.jsonl (a run with --log-episodes > 0)")
-    episodes = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    read = logged_episodes("acre-work", __doc__, "rg:acre, worked answers", argv)
+    if isinstance(read, int):
+        return read
+    run_dir, episodes = read
     objects, named, steps, answers = tally(episodes)
     with stdout_may_close():
-        print(f"{answers} logged answers of {a.run_dir}\n")
+        print(f"{answers} logged answers of {run_dir}\n")
         print("| the rules' evidence | test objects | named rightly |\n|---|---|---|")
         for kind in KINDS:
             share = f"{named[kind] / objects[kind]:.2f}" if objects[kind] else "-"

@@ -19,13 +19,11 @@ random order score 0.998). Where the steps fail tells whether to train the copy 
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 from collections import defaultdict
-from pathlib import Path
 
-from oat_dppo.cli import fail, stdout_may_close
+from benchmarks.logged import logged_episodes
+from oat_dppo.cli import stdout_may_close
 
 WORKED = re.compile(r"^((\d) (\d): row [-\d ]+, column [-\d ]+, box [-\d ]+); lacks ([\d ]+)\. "
                     r"\\boxed\{(\d) (\d) (\d)\}")
@@ -64,15 +62,12 @@ def by_iteration(episodes: list[dict]) -> dict[int, tuple[int, dict[str, float]]
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks sudoku-work", description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", type=Path, help="a run directory with episodes.jsonl (Sudoku, worked moves)")
-    a = p.parse_args(argv)
-    log = a.run_dir / "episodes.jsonl"
-    if not log.is_file():
-        return fail(f"{a.run_dir}: needs episodes.jsonl (a run with --log-episodes > 0)")
-    episodes = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    read = logged_episodes("sudoku-work", __doc__, "Sudoku, worked moves", argv)
+    if isinstance(read, int):
+        return read
+    run_dir, episodes = read
     with stdout_may_close():
-        print(f"{len(episodes)} logged episodes of {a.run_dir}\n")
+        print(f"{len(episodes)} logged episodes of {run_dir}\n")
         print("| iteration | turns | form | copied | lacks (as written) | lacks (the cell's) | follows |")
         print("|---|---|---|---|---|---|---|")
         for i, (n, share) in by_iteration(episodes).items():

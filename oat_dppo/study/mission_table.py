@@ -139,7 +139,7 @@ def comparisons(summaries: Sequence[ArmSummary]) -> list[str]:
             if arm in borrowed:
                 label += f" ({other.backend})"
             if other is None:
-                said.append(f"no {label} row yet")
+                said.append(f"no row yet for {label}")
             else:
                 verdict = "above, intervals apart" if separated(rl, other) else "not separated from"
                 gap, se = difference(rl, other)
