@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from oat_dppo.agent.demonstrations import ACRE_SAYS
 from benchmarks.logged import logged_episodes
+from oat_dppo.agent.demonstrations import ACRE_SAYS
 from oat_dppo.cli import stdout_may_close
 from oat_dppo_envs.reasoning_gym import acre_evidence
 

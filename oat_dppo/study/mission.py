@@ -348,8 +348,9 @@ class Runner:
             raise RuntimeError(f"{run_dir}: no test evaluation of its {policy} policy")
         return tests[-1]
 
-    def _record(self, cell: Cell, seed: int, run_dir: Path, name: str | None = None) -> None:
-        target = self.mission.records / cell.name / f"s{seed}" / (name or run_dir.name)
+    def _record(self, cell: Cell, seed: int, run_dir: Path, arm_dir: str | None = None) -> None:
+        """Copy the run's records to records/<cell>/s<seed>/<arm_dir, default the run directory's name>."""
+        target = self.mission.records / cell.name / f"s{seed}" / (arm_dir or run_dir.name)
         target.mkdir(parents=True, exist_ok=True)
         for name in RECORDED_FILES:
             if (run_dir / name).is_file():
@@ -425,7 +426,7 @@ class Runner:
             finished = _oat_finished(run_dir)
             if finished is None:
                 raise RuntimeError(f"{run_dir}: the Oat run ended without a test evaluation; its log: {log}")
-        self._record(work.cell, work.seed, finished, name=run_dir.name)
+        self._record(work.cell, work.seed, finished, arm_dir=run_dir.name)
         return self._test_row(finished)
 
     def _do(self, work: Work) -> dict:
