@@ -174,21 +174,21 @@ def test_an_oat_cell_runs_oats_program_and_reports_beside_the_local_warm_start(t
     pytest.importorskip("launchpad", reason="Oat's stack is .venv-oat (`make setup-oat`)")
     path = oat_mission(tmp_path)
     path.write_text(path.read_text().replace("[table]", f'[table]\noat_python = "{sys.executable}"'))
-    # the Oat cell alone: the local cell's warm start comes along (its row too), nothing else of it
-    assert Runner(load(path), out=open("/dev/null", "w"), cells=("tiny_gtn_oat",)).run() == 0
+    # the Oat cell's RL alone (one Oat program; its control is the same command with --shuffle-advantages): the
+    # local cell's warm start comes along (its row too), nothing else of it
+    runner = lambda: Runner(load(path), out=open("/dev/null", "w"), cells=("tiny_gtn_oat",), arms=("rl",))  # noqa: E731
+    assert runner().run() == 0
     rows = list(csv.DictReader(open(tmp_path / "table.csv", newline="")))
-    assert sorted((r["backend"], r["arm"]) for r in rows) == [("local", "warm_start"), ("oat", "control"),
-                                                              ("oat", "rl")]
-    oat = {r["arm"]: r for r in rows if r["backend"] == "oat"}
-    assert sorted(oat) == ["control", "rl"] and {r["episodes"] for r in oat.values()} == {"6"}
-    for arm in ("rl", "control"):  # Oat's run, recorded as a local one: what ran, from which export
-        config = json.loads((tmp_path / "records/tiny_gtn_oat/s0" / arm / "config.json").read_text())
-        assert config["backend"] == "oat" and config["model"] == str(tmp_path / "runs/tiny_gtn/s0/warm1/model")
-        assert config["shuffle_advantages"] == (arm == "control")
-    lines = comparisons(summarize(rows))
-    (said,) = [line for line in lines if "(oat)" in line]
-    assert "its warm start (local)" in said and "no row yet for the blind bound" in said
-    assert Runner(load(path), out=open("/dev/null", "w"), cells=("tiny_gtn_oat",)).plan() == []
+    assert sorted((r["backend"], r["arm"]) for r in rows) == [("local", "warm_start"), ("oat", "rl")]
+    (oat,) = [r for r in rows if r["backend"] == "oat"]
+    assert oat["episodes"] == "6"
+    config = json.loads((tmp_path / "records/tiny_gtn_oat/s0/rl/config.json").read_text())
+    # Oat's run, recorded as a local one is: what ran, from which export
+    assert config["backend"] == "oat" and config["model"] == str(tmp_path / "runs/tiny_gtn/s0/warm1/model")
+    assert config["shuffle_advantages"] is False
+    (said,) = [line for line in comparisons(summarize(rows)) if "(oat)" in line]
+    assert "its warm start (local)" in said and "no row yet for its shuffled-advantage control" in said
+    assert runner().plan() == []
 
 
 def row(arm, seed, mean, std, episodes=100, solved=""):
