@@ -46,16 +46,23 @@ def family_preset(env_id: str) -> EnvPreset:
 # ---- reading ACRE's text: what the listed trials allow (one reading for the bound and the demonstrator) ----
 
 
+def acre_trial_lines(question: str) -> list[str]:
+    """The listed experiments as the prompt writes them, one line each ("red rubber cube, gray metal cube → on")."""
+    trials_text = question.split("Previous experimental results:", 1)[1].split("New test case:", 1)[0]
+    return [line.strip() for line in trials_text.strip().splitlines() if "→" in line]
+
+
+def acre_trial(line: str) -> tuple[frozenset[str], str]:
+    """One experiment line's (objects, "on"|"off")."""
+    objects, outcome = line.rsplit("→", 1)
+    return frozenset(o.strip() for o in objects.split(",")), outcome.strip()
+
+
 def acre_trials(question: str) -> tuple[list[tuple[frozenset[str], str]], list[str]]:
     """The listed experiments `[(objects, "on"|"off"), ...]` and the new test case's objects, in its order."""
-    trials_text = question.split("Previous experimental results:", 1)[1].split("New test case:", 1)[0]
-    trials = []
-    for line in trials_text.strip().splitlines():
-        if "→" in line:
-            objects, outcome = line.rsplit("→", 1)
-            trials.append((frozenset(o.strip() for o in objects.split(",")), outcome.strip()))
     test_text = question.split("New test case:", 1)[1].strip().splitlines()[0]
-    return trials, list(dict.fromkeys(o.strip() for o in test_text.split(",")))
+    return ([acre_trial(line) for line in acre_trial_lines(question)],
+            list(dict.fromkeys(o.strip() for o in test_text.split(","))))
 
 
 def acre_evidence(question: str) -> tuple[list[tuple[str, str]], str]:

@@ -169,6 +169,43 @@ def acre_worked(prompt: str, rng: random.Random) -> str:
     return f"{steps} So {label}. \\boxed{{{label}}}"
 
 
+def acre_cited(prompt: str, rng: random.Random) -> str:
+    """`acre_worked` with each verdict's evidence copied from the prompt first, so that every step is a copy or a
+    short lookup (as Sudoku's worked demonstrator copies the cell's line): before each test object's verdict, the
+    trial line that decides it, quoted, e.g.
+
+        See: brown rubber cube → off. brown rubber cube: in an off trial.
+        See: red rubber cube, red metal cylinder → on; red metal cylinder: in an off trial. red rubber cube: the one
+        candidate of an on trial, a blicket.
+        See: blue metal cylinder, gray metal sphere → on; gray metal sphere: not ruled out. blue metal cylinder: no
+        evidence.   ("See: no trial." where no line holds the object)
+
+    then "So LABEL. \\boxed{LABEL}". The off line cited is the first that holds the object; a blicket's, the on line
+    where every other object is in an off trial; no evidence, the first on line that holds it and one of its other
+    objects not ruled out. The verdicts and label are `acre_worked`'s (the same rules, `acre_evidence`)."""
+    from oat_dppo_envs.reasoning_gym import acre_evidence, acre_trial, acre_trial_lines  # noqa: PLC0415
+
+    question = prompt.split("Question:", 1)[-1]
+    evidence, label = acre_evidence(question)
+    lines = [(line, *acre_trial(line)) for line in acre_trial_lines(question)]
+    ruled_out = set().union(*(objs for _, objs, outcome in lines if outcome == "off"))
+    steps = []
+    for obj, kind in evidence:
+        holding = [(line, objs, outcome) for line, objs, outcome in lines if obj in objs]
+        if kind == "off":
+            cited = next(line for line, _, outcome in holding if outcome == "off")
+        elif kind == "blicket":
+            line, objs, _ = next(t for t in holding if t[2] == "on" and t[1] - ruled_out == {obj})
+            others = [o.strip() for o in line.rsplit("→", 1)[0].split(",") if o.strip() != obj]
+            cited = "; ".join([line] + [f"{o}: {ACRE_SAYS['off']}" for o in others])
+        else:
+            open_on = [(line, o) for line, objs, outcome in holding if outcome == "on"
+                       for o in [o.strip() for o in line.rsplit("→", 1)[0].split(",")] if o != obj and o not in ruled_out]
+            cited = f"{open_on[0][0]}; {open_on[0][1]}: not ruled out" if open_on else "no trial"
+        steps.append(f"See: {cited}. {obj}: {ACRE_SAYS[kind]}.")
+    return f"{' '.join(steps)} So {label}. \\boxed{{{label}}}"
+
+
 def equation_worked(prompt: str, rng: random.Random) -> str:
     """A linear equation's solution with its steps before the answer (reasoning-gym's simple_equations): the
     constants moved to the right, then the division, e.g. "25*c = 144 - 19 = 125. c = 125 / 25 = 5. \\boxed{5}";
@@ -236,6 +273,8 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
                                 "the next number not guessed yet, hints ignored (the best blind player)"),
     "acre_worked": Demonstrator(acre_worked, "rg:acre",
                                 "ACRE's rules over the trials, each test object's evidence written before the label"),
+    "acre_cited": Demonstrator(acre_cited, "rg:acre",
+                               "acre_worked with the trial line behind each verdict quoted from the prompt first"),
     "acre_prior": Demonstrator(lambda prompt, rng: "\\boxed{off}", "rg:acre",
                                "the commonest label, whatever the trials say (ACRE's blind bound)"),
     "equation_worked": Demonstrator(equation_worked, "math:procedural",
