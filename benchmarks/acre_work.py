@@ -14,6 +14,11 @@ rightly, then per answer:
 
 An answer whose verdicts are right but whose label does not follow needs the last step trained; wrong verdicts
 of one kind name the lookup the policy has not learned.
+
+An answer in `demo:acre_cited`'s format quotes a trial line before each verdict ("See: brown rubber cube → off.
+brown rubber cube: in an off trial."); for those quotes it also prints how many copy a trial line of the prompt
+that holds the object (the copy), and how many verdicts agree with the quoted line's outcome (an off line gives "in
+an off trial", an on line either of the other two: the step after the copy).
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from collections import Counter
 from benchmarks.logged import logged_episodes
 from oat_dppo.agent.demonstrations import ACRE_SAYS
 from oat_dppo.cli import stdout_may_close
-from oat_dppo_envs.reasoning_gym import acre_evidence
+from oat_dppo_envs.reasoning_gym import acre_evidence, acre_trial, acre_trial_lines
 
 KINDS = tuple(ACRE_SAYS)  # off, blicket, unknown
 LABEL = re.compile(r"So (on|off|undetermined)\. \\boxed\{(on|off|undetermined)\}\s*$")
+QUOTE = re.compile(r"See: (.*?)\. ([^.;]+): (in an off trial|the one candidate|no evidence)")
 
 
 def label_of(kinds: list[str]) -> str:
@@ -50,8 +56,25 @@ def check(prompt: str, response: str) -> tuple[list[tuple[str, bool]], dict[str,
                      "right": end is not None and end.group(2) == label}
 
 
+def check_quotes(prompt: str, response: str) -> Counter:
+    """Of a cited answer's quotes: {quotes, copied: a trial line of the prompt holding the object, agrees: the
+    verdict the quoted line's outcome allows}. Empty for an answer that quotes nothing."""
+    holding = {line: acre_trial(line)[0] for line in acre_trial_lines(prompt.split("Question:", 1)[-1])}
+    counts = Counter()
+    for quoted, obj, verdict in QUOTE.findall(response):
+        line = quoted.split("; ", 1)[0]  # a blicket's quote goes on with the other objects' verdicts
+        counts["quotes"] += 1
+        if line == "no trial":  # right where no line holds the object; then only "no evidence" follows
+            counts["copied"] += not any(obj in objs for objs in holding.values())
+            counts["agrees"] += verdict == ACRE_SAYS["unknown"]
+        else:
+            counts["copied"] += obj in holding.get(line, ())
+            counts["agrees"] += line.endswith("→ off") == (verdict == ACRE_SAYS["off"])
+    return counts
+
+
 def tally(episodes: list[dict]) -> tuple[Counter, Counter, Counter, int]:
-    """(objects per kind, rightly named per kind, answers per step held, answers)."""
+    """(objects per kind, rightly named per kind, answers per step held and quotes per check, answers)."""
     objects, named, steps, answers = Counter(), Counter(), Counter(), 0
     for e in episodes:
         for t in e["turns"]:
@@ -61,6 +84,7 @@ def tally(episodes: list[dict]) -> tuple[Counter, Counter, Counter, int]:
                 objects[kind] += 1
                 named[kind] += right
             steps.update(step for step, ok in held.items() if ok)
+            steps.update(check_quotes(t["prompt"], t["response"]))
     return objects, named, steps, answers
 
 
@@ -79,4 +103,8 @@ def main(argv: list[str]) -> int:
         print("\n| answers | form | follows | right |\n|---|---|---|---|")
         print(f"| {answers} | " + " | ".join(f"{steps[s] / max(answers, 1):.2f}" for s in ("form", "follows", "right"))
               + " |")
+        if steps["quotes"]:
+            print(f"\n{steps['quotes']} quoted trial lines (demo:acre_cited's format): a trial line holding the object "
+                  f"{steps['copied'] / steps['quotes']:.2f}, the verdict its outcome allows "
+                  f"{steps['agrees'] / steps['quotes']:.2f}")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 import re
 
 import pytest
@@ -58,3 +59,23 @@ def test_a_label_that_does_not_follow_from_its_own_verdicts_is_caught():
     assert label_of(["off", "off"]) == "off" and label_of(["off", "unknown"]) == "undetermined"
     assert label_of(["unknown", "blicket"]) == "on" and label_of([]) == "undetermined"
     assert not check(prompt, re.sub(r"\\boxed\{\w+\}", "", reply))[1]["form"]
+
+
+def test_quotes_are_checked_for_the_copy_and_for_the_verdict_that_follows_from_it():
+    from benchmarks.acre_work import check_quotes
+    from oat_dppo_envs.reasoning_gym import acre_trial, acre_trial_lines
+
+    prompt = next(p for p in questions(40) if any(o == "off" for o in
+                                                   (acre_trial(line)[1] for line in acre_trial_lines(p))))
+    off_line = next(line for line in acre_trial_lines(prompt) if line.endswith("→ off"))
+    obj = sorted(acre_trial(off_line)[0])[0]
+    stranger = next(o for line in acre_trial_lines(prompt) for o in sorted(acre_trial(line)[0])
+                    if o not in acre_trial(off_line)[0])
+    assert check_quotes(prompt, f"See: {off_line}. {obj}: in an off trial.") == Counter(quotes=1, copied=1, agrees=1)
+    # the right line, the wrong verdict for it
+    assert check_quotes(prompt, f"See: {off_line}. {obj}: no evidence.") == Counter(quotes=1, copied=1)
+    # a line that does not hold the object, or is not in the prompt
+    assert check_quotes(prompt, f"See: {off_line}. {stranger}: in an off trial.")["copied"] == 0
+    assert check_quotes(prompt, f"See: {obj} → off. {obj}: in an off trial.")["copied"] == (f"{obj} → off" in acre_trial_lines(prompt))
+    assert check_quotes(prompt, f"See: no trial. {obj}: no evidence.") == Counter(quotes=1, agrees=1)
+    assert check_quotes(prompt, one_verdict_for_all(prompt)) == Counter()  # acre_worked's format quotes nothing
