@@ -52,10 +52,14 @@ def acre_trial_lines(question: str) -> list[str]:
     return [line.strip() for line in trials_text.strip().splitlines() if "→" in line]
 
 
+def acre_line_objects(line: str) -> list[str]:
+    """One experiment line's objects, in the line's order."""
+    return [o.strip() for o in line.rsplit("→", 1)[0].split(",")]
+
+
 def acre_trial(line: str) -> tuple[frozenset[str], str]:
     """One experiment line's (objects, "on"|"off")."""
-    objects, outcome = line.rsplit("→", 1)
-    return frozenset(o.strip() for o in objects.split(",")), outcome.strip()
+    return frozenset(acre_line_objects(line)), line.rsplit("→", 1)[1].strip()
 
 
 def acre_trials(question: str) -> tuple[list[tuple[frozenset[str], str]], list[str]]:

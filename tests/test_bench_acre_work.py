@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import random
-from collections import Counter
 import re
+from collections import Counter
 
 import pytest
 
@@ -76,6 +76,8 @@ def test_quotes_are_checked_for_the_copy_and_for_the_verdict_that_follows_from_i
     assert check_quotes(prompt, f"See: {off_line}. {obj}: no evidence.") == Counter(quotes=1, copied=1)
     # a line that does not hold the object, or is not in the prompt
     assert check_quotes(prompt, f"See: {off_line}. {stranger}: in an off trial.")["copied"] == 0
-    assert check_quotes(prompt, f"See: {obj} → off. {obj}: in an off trial.")["copied"] == (f"{obj} → off" in acre_trial_lines(prompt))
+    alone = f"{obj} → off"  # a quote of a line the prompt may not have
+    copied = check_quotes(prompt, f"See: {alone}. {obj}: in an off trial.")["copied"]
+    assert copied == (alone in acre_trial_lines(prompt))
     assert check_quotes(prompt, f"See: no trial. {obj}: no evidence.") == Counter(quotes=1, agrees=1)
     assert check_quotes(prompt, one_verdict_for_all(prompt)) == Counter()  # acre_worked's format quotes nothing

@@ -4,8 +4,8 @@ each reply is stepped through the real env on real test-split questions."""
 from __future__ import annotations
 
 import random
-from collections import Counter
 import re
+from collections import Counter
 
 import pytest
 

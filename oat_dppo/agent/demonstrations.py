@@ -183,7 +183,8 @@ def acre_cited(prompt: str, rng: random.Random) -> str:
     then "So LABEL. \\boxed{LABEL}". The off line cited is the first that holds the object; a blicket's, the on line
     where every other object is in an off trial; no evidence, the first on line that holds it and one of its other
     objects not ruled out. The verdicts and label are `acre_worked`'s (the same rules, `acre_evidence`)."""
-    from oat_dppo_envs.reasoning_gym import acre_evidence, acre_trial, acre_trial_lines  # noqa: PLC0415
+    from oat_dppo_envs.reasoning_gym import (  # noqa: PLC0415
+        acre_evidence, acre_line_objects, acre_trial, acre_trial_lines)
 
     question = prompt.split("Question:", 1)[-1]
     evidence, label = acre_evidence(question)
@@ -196,11 +197,11 @@ def acre_cited(prompt: str, rng: random.Random) -> str:
             cited = next(line for line, _, outcome in holding if outcome == "off")
         elif kind == "blicket":
             line, objs, _ = next(t for t in holding if t[2] == "on" and t[1] - ruled_out == {obj})
-            others = [o.strip() for o in line.rsplit("→", 1)[0].split(",") if o.strip() != obj]
+            others = [o for o in acre_line_objects(line) if o != obj]
             cited = "; ".join([line] + [f"{o}: {ACRE_SAYS['off']}" for o in others])
         else:
-            open_on = [(line, o) for line, objs, outcome in holding if outcome == "on"
-                       for o in [o.strip() for o in line.rsplit("→", 1)[0].split(",")] if o != obj and o not in ruled_out]
+            open_on = [(line, o) for line, _, outcome in holding if outcome == "on"
+                       for o in acre_line_objects(line) if o != obj and o not in ruled_out]
             cited = f"{open_on[0][0]}; {open_on[0][1]}: not ruled out" if open_on else "no trial"
         steps.append(f"See: {cited}. {obj}: {ACRE_SAYS[kind]}.")
     return f"{' '.join(steps)} So {label}. \\boxed{{{label}}}"
@@ -281,7 +282,8 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
                                     "a linear equation solved step by step (simple_equations), then the answer"),
     "copy_question": Demonstrator(copy_question, "math:procedural", "the question's equation, unsolved (blind bound)"),
     "equation_prior": Demonstrator(equation_prior, "math:procedural",
-                                   "the commonest answer of equations with values to 10, the question unread (blind bound)"),
+                                   "the commonest answer of equations with values to 10, the question unread "
+                                   "(blind bound)"),
     "arc_worked": Demonstrator(arc_worked, "rg:arc_1d", "the arc_1d rule that fits the examples, named, then applied"),
     "arc_copy_input": Demonstrator(arc_copy_input, "rg:arc_1d", "the test input unchanged (Arc1D's blind bound)"),
     "random_empty": Demonstrator(sudoku_random_empty, "game:Sudoku",
