@@ -196,7 +196,7 @@ def acre_cited(prompt: str, rng: random.Random) -> str:
         if kind == "off":
             cited = next(line for line, _, outcome in holding if outcome == "off")
         elif kind == "blicket":
-            line, objs, _ = next(t for t in holding if t[2] == "on" and t[1] - ruled_out == {obj})
+            line = next(line for line, objs, outcome in holding if outcome == "on" and objs - ruled_out == {obj})
             others = [o for o in acre_line_objects(line) if o != obj]
             cited = "; ".join([line] + [f"{o}: {ACRE_SAYS['off']}" for o in others])
         else:
