@@ -17,8 +17,9 @@ of one kind name the lookup the policy has not learned.
 
 An answer in `demo:acre_cited`'s format quotes a trial line before each verdict ("See: brown rubber cube → off.
 brown rubber cube: in an off trial."); for those quotes it also prints how many copy a trial line of the prompt
-that holds the object (the copy), and how many verdicts agree with the quoted line's outcome (an off line gives "in
-an off trial", an on line either of the other two: the step after the copy).
+that holds the object (the copy; beside it, how often a line picked at random would hold it: the blind share), and
+how many verdicts agree with the quoted line's outcome (an off line gives "in an off trial", an on line either of
+the other two: the step after the copy; a consistency check, which a quote of any line passes).
 """
 
 from __future__ import annotations
@@ -58,12 +59,14 @@ def check(prompt: str, response: str) -> tuple[list[tuple[str, bool]], dict[str,
 
 def check_quotes(prompt: str, response: str) -> Counter:
     """Of a cited answer's quotes: {quotes, copied: a trial line of the prompt holding the object, agrees: the
-    verdict the quoted line's outcome allows}. Empty for an answer that quotes nothing."""
+    verdict the quoted line's outcome allows, chance: the share of the prompt's trial lines that hold the object
+    (summed: what quoting a line at random would copy rightly)}. Empty for an answer that quotes nothing."""
     holding = {line: acre_trial(line)[0] for line in acre_trial_lines(prompt.split("Question:", 1)[-1])}
     counts = Counter()
     for quoted, obj, verdict in QUOTE.findall(response):
         line = quoted.split("; ", 1)[0]  # a blicket's quote goes on with the other objects' verdicts
         counts["quotes"] += 1
+        counts["chance"] += sum(obj in objs for objs in holding.values()) / max(len(holding), 1)
         if line == "no trial":  # right where no line holds the object; then only "no evidence" follows
             counts["copied"] += not any(obj in objs for objs in holding.values())
             counts["agrees"] += verdict == ACRE_SAYS["unknown"]
@@ -105,6 +108,7 @@ def main(argv: list[str]) -> int:
               + " |")
         if steps["quotes"]:
             print(f"\n{steps['quotes']} quoted trial lines (demo:acre_cited's format): a trial line holding the object "
-                  f"{steps['copied'] / steps['quotes']:.2f}, the verdict its outcome allows "
+                  f"{steps['copied'] / steps['quotes']:.2f} (a line picked at random: "
+                  f"{steps['chance'] / steps['quotes']:.2f}), the verdict its outcome allows "
                   f"{steps['agrees'] / steps['quotes']:.2f}")
     return 0

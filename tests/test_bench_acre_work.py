@@ -71,13 +71,30 @@ def test_quotes_are_checked_for_the_copy_and_for_the_verdict_that_follows_from_i
     obj = sorted(acre_trial(off_line)[0])[0]
     stranger = next(o for line in acre_trial_lines(prompt) for o in sorted(acre_trial(line)[0])
                     if o not in acre_trial(off_line)[0])
-    assert check_quotes(prompt, f"See: {off_line}. {obj}: in an off trial.") == Counter(quotes=1, copied=1, agrees=1)
+    right = steps(check_quotes(prompt, f"See: {off_line}. {obj}: in an off trial."))
+    assert right == Counter(quotes=1, copied=1, agrees=1)
     # the right line, the wrong verdict for it
-    assert check_quotes(prompt, f"See: {off_line}. {obj}: no evidence.") == Counter(quotes=1, copied=1)
+    assert steps(check_quotes(prompt, f"See: {off_line}. {obj}: no evidence.")) == Counter(quotes=1, copied=1)
     # a line that does not hold the object, or is not in the prompt
     assert check_quotes(prompt, f"See: {off_line}. {stranger}: in an off trial.")["copied"] == 0
     alone = f"{obj} → off"  # a quote of a line the prompt may not have
     copied = check_quotes(prompt, f"See: {alone}. {obj}: in an off trial.")["copied"]
     assert copied == (alone in acre_trial_lines(prompt))
-    assert check_quotes(prompt, f"See: no trial. {obj}: no evidence.") == Counter(quotes=1, agrees=1)
+    assert steps(check_quotes(prompt, f"See: no trial. {obj}: no evidence.")) == Counter(quotes=1, agrees=1)
     assert check_quotes(prompt, one_verdict_for_all(prompt)) == Counter()  # acre_worked's format quotes nothing
+
+
+def steps(quotes: Counter) -> Counter:
+    """check_quotes' counts without the blind share (a float that depends on the prompt)."""
+    return Counter({k: v for k, v in quotes.items() if k != "chance"})
+
+
+def test_the_blind_share_is_what_quoting_a_random_line_copies_rightly():
+    from benchmarks.acre_work import check_quotes
+    from oat_dppo_envs.reasoning_gym import acre_trial, acre_trial_lines
+
+    prompt = questions(1)[0]
+    lines = acre_trial_lines(prompt)
+    obj = sorted(acre_trial(lines[0])[0])[0]
+    copied = [check_quotes(prompt, f"See: {line}. {obj}: no evidence.")["copied"] for line in lines]
+    assert check_quotes(prompt, f"See: {lines[0]}. {obj}: no evidence.")["chance"] == sum(copied) / len(lines)

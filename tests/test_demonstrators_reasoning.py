@@ -49,7 +49,7 @@ def test_acre_cited_quotes_the_deciding_trial_line_before_each_verdict_and_the_w
         assert held == {"form": True, "follows": True, "right": held["right"]} and all(ok for _, ok in per_object)
         # one quote before each test object's verdict: a trial line that holds it, whose outcome gives the verdict
         n = len(per_object)
-        assert check_quotes(question, reply) == Counter(quotes=n, copied=n, agrees=n), reply
+        assert steps(check_quotes(question, reply)) == Counter(quotes=n, copied=n, agrees=n), reply
 
 
 def test_the_acre_prior_reads_nothing():
@@ -111,3 +111,8 @@ def test_arc_worked_names_its_rule_and_the_grader_scores_what_it_solves():
     assert solved and sum(solved) / len(solved) > 0.95  # a rule that fits every example is the task's rule
     copied = graded("rg:arc_1d", "arc_copy_input", 60)
     assert sum(r for *_, r in played) > sum(r for *_, r in copied)
+
+
+def steps(quotes: Counter) -> Counter:
+    """check_quotes' counts without the blind share (a float that depends on the prompt)."""
+    return Counter({k: v for k, v in quotes.items() if k != "chance"})
