@@ -130,3 +130,62 @@ def test_the_worked_demonstrator_answers_another_label_after_the_graders_reply()
     # played: the rules' label first, another after a refusal, so nearly every question is solved
     rewards = [sum(t.reward for t in e.turns) for e in play(worked)]
     assert np.mean(rewards) >= 0.95
+
+
+EQUATIONS = dict(tasks="simple_equations", max_value=10, size=4000)
+ANSWERS = "|".join(str(n) for n in range(1, 11))
+
+
+def test_answer_labels_is_checked_and_makes_a_math_reply_declare_its_counterfactual():
+    with pytest.raises(ValueError, match="attempts >= 2"):
+        make_env("math:procedural", seed=0, answer_labels=ANSWERS, **EQUATIONS)
+    with pytest.raises(ValueError, match="2 or more distinct"):
+        make_env("math:procedural", seed=0, attempts=2, answer_labels="3|3", **EQUATIONS)
+    env = make_env("math:procedural", seed=0, attempts=3, answer_labels=ANSWERS, split="train", **EQUATIONS)
+    env.reset(seed=2)
+    wrong = next(n for n in range(1, 11) if str(n) != str(env.unwrapped.inner.answer))
+    obs, reward, terminated, _, _ = env.step(boxed(str(wrong)))
+    assert (reward, terminated) == (0.0, False) and named_wrong(obs) == [str(wrong)]
+    changed = env.unwrapped.changed_reply(obs)
+    assert named_wrong(changed) == [str(wrong % 10 + 1)]  # the same reply naming the next label
+    assert env.unwrapped.reply_moves(obs) == [boxed(str(n)) for n in range(1, 11)]
+    env.close()
+
+
+def test_the_equation_sweep_is_blind_to_the_question_and_never_repeats_a_refused_answer():
+    """The retry task's blind bound: its answers depend on the replies alone (the same three for every question it
+    misses), none repeated, so with 3 attempts it solves about the share of questions whose answer is one of its
+    first three (~3/10: the answers 1..10 are near uniform)."""
+    from oat_dppo.agent.demonstrations import EQUATION_ANSWERS_BY_COUNT
+
+    assert sorted(EQUATION_ANSWERS_BY_COUNT) == list(range(1, 11))
+    sweep = DEMONSTRATORS["equation_sweep"]
+    prompt = PromptFormat(load_tokenizer("smollm2"), "chatml", None, "")
+    n = 64
+    # the training split: its pool is 16 times smaller to build than a held-out one (`oat_dppo.envs.splits`)
+    envs = [make_env("math:procedural", seed=i, attempts=3, answer_labels=ANSWERS, split="train", **EQUATIONS)
+            for i in range(n)]
+    player = ScriptedEngine(sweep, prompt, prompt.stop_token_ids()[:1], seed=0)
+    episodes, _ = play_episodes(player, envs, list(range(n)), prompt, max_new_tokens=16)
+    truths = [str(env.unwrapped.inner.answer) for env in envs]
+    for env in envs:
+        env.close()
+    first_three = [boxed(str(a)) for a in EQUATION_ANSWERS_BY_COUNT[:3]]
+    for episode, answer in zip(episodes, truths):
+        actions = [t.response_text.strip() for t in episode.turns]
+        assert actions == first_three[: len(actions)]  # whatever the question: the replies alone move it
+        assert sum(t.reward for t in episode.turns) == float(answer in {a.strip("\\boxed{}") for a in actions})
+    solved = np.mean([sum(t.reward for t in e.turns) for e in episodes])
+    assert 0.15 <= solved <= 0.5, solved
+    # and its reply effect is not 0: it reads the replies (which answers are refused), not the question
+    assert reply_effect(Reader10(), cases_from_episodes(episodes)) > 0
+
+
+class Reader10:
+    """The sweep's own move probabilities: one-hot on its next answer given the prompt's replies."""
+
+    def move_probs(self, prompts, moves):
+        import random
+
+        act = DEMONSTRATORS["equation_sweep"].act
+        return np.array([[float(m == act(p, random.Random(0))) for m in moves] for p in prompts])

@@ -235,6 +235,22 @@ def equation_prior(prompt: str, rng: random.Random) -> str:
     return f"\\boxed{{{EQUATION_COMMONEST_ANSWER}}}"
 
 
+# simple_equations at max_value=10, size=4000 (the retry cell's pool): its 3,000 training questions' answers, commonest
+# first (353 to 263 each: near uniform; tests/test_demonstrators_reasoning.py counts them again).
+EQUATION_ANSWERS_BY_COUNT = (6, 9, 4, 2, 7, 10, 3, 8, 5, 1)
+
+
+def equation_sweep(prompt: str, rng: random.Random) -> str:
+    """The commonest answer of small linear equations that no reply has refused yet (`EQUATION_ANSWERS_BY_COUNT`),
+    the question unread: with `--env-option attempts=k`, k distinct answers, so about k / 10 of questions (the
+    retry task's blind bound). Reads only the grader's replies to its own earlier answers."""
+    from oat_dppo.envs.retry import named_wrong  # noqa: PLC0415
+
+    refused = set(named_wrong(prompt))
+    answer = next((a for a in EQUATION_ANSWERS_BY_COUNT if str(a) not in refused), EQUATION_ANSWERS_BY_COUNT[0])
+    return f"\\boxed{{{answer}}}"
+
+
 def arc_worked(prompt: str, rng: random.Random) -> str:
     """Arc1D: the rule of reasoning-gym's arc_1d families that fits every example (`ARC_RULES`) named, then applied
     to the test input, e.g. "Rule: shift right by 2. \\boxed{0 0 3 3 0}"; where no known rule fits, it says so and
@@ -284,6 +300,9 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
     "equation_prior": Demonstrator(equation_prior, "math:procedural",
                                    "the commonest answer of equations with values to 10, the question unread "
                                    "(blind bound)"),
+    "equation_sweep": Demonstrator(equation_sweep, "math:procedural",
+                                   "the commonest answer of equations with values to 10 not refused yet, the question "
+                                   "unread (the retry task's blind bound)"),
     "arc_worked": Demonstrator(arc_worked, "rg:arc_1d", "the arc_1d rule that fits the examples, named, then applied"),
     "arc_copy_input": Demonstrator(arc_copy_input, "rg:arc_1d", "the test input unchanged (Arc1D's blind bound)"),
     "random_empty": Demonstrator(sudoku_random_empty, "game:Sudoku",

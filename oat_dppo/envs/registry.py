@@ -176,7 +176,9 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
       shuffle), split ("train" | "validation" | "test": play only that split's tasks, `oat_dppo.envs.splits`;
       validation shifts the instance seed and data_seed by the preset's eval_seed_offset, test by twice it;
       default None: every task, unshifted), attempts (a single-turn question answered in up to N turns, the
-      grader's reply between: `oat_dppo.envs.retry`; max_turns follows).
+      grader's reply between: `oat_dppo.envs.retry`; max_turns follows), answer_labels (with attempts: the few
+      answers a question allows, "|"-separated, e.g. "1|2|3", where the preset names none: the reply then
+      declares its counterfactual, so `eval/reply_effect` is measured).
     Math options: math_data (file for `math`, `math:*`, `eval:*`), question_key, answer_key,
       use_mp (grade in a subprocess; needed when stepping from threads), and for
       `math:procedural` size, tasks, answer (any | number: only a plain number in the box is graded) and
@@ -212,6 +214,15 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
         raise ValueError(f"attempts must be >= 1, got {attempts}")
     if attempts > 1 and preset.multi_turn:
         raise ValueError(f"attempts retries a single-turn question; {env_id} is multi-turn already")
+    answer_labels = options.pop("answer_labels", None)
+    if answer_labels is None:
+        answer_labels = preset.answer_labels
+    else:
+        if attempts < 2:
+            raise ValueError("answer_labels names what a retry's reply may refuse: give it with attempts >= 2")
+        answer_labels = tuple(label.strip() for label in str(answer_labels).split("|") if label.strip())
+        if len(answer_labels) < 2 or len(set(answer_labels)) != len(answer_labels):
+            raise ValueError(f"answer_labels must name 2 or more distinct answers, '|'-separated, got {answer_labels}")
     max_turns = options.pop("max_turns", None)
     if max_turns is None and attempts > 1:
         max_turns = attempts
@@ -281,7 +292,7 @@ def make_env(env_id: str, *, seed: int, **options: Any) -> TextEnv:
         else:
             inner = _make_gem_env(env_id, spec, data_seed, env_kwargs, math_options)
     if attempts > 1:
-        inner = RetryAnswer(inner, attempts, preset.answer_labels)
+        inner = RetryAnswer(inner, attempts, answer_labels)
 
     return TextEnv(inner, env_id=env_id, seed=seed, preset=preset, global_rng=global_rng, split=split,
                    **adapter_options)
