@@ -220,6 +220,8 @@ def test_differences_are_paired_by_seed_and_learned_needs_every_margin():
     gap, se = difference(arms["rl"], arms["control"])  # pairs 0.18 and 0.22: sd 0.0283 / sqrt 2 = 0.02
     assert math.isclose(gap, 0.2) and math.isclose(se, math.sqrt(0.02 ** 2 + (0.45 ** 2 + 0.4 ** 2) / 256))
     assert learned(arms) is True
+    (line,) = comparisons(summarize(rows))  # two seeds: the per-arm intervals (t with 1 df) overlap, and it says so
+    assert "control 0.250: RL +0.200, +" in line and "learned: yes" in line and "stricter test, overlap" in line
     assert learned({k: v for k, v in arms.items() if k != "control"}) is None
     near_blind = {**arms, "blind": summarize([row("blind", s, 0.36, 0.3, 256) for s in (0, 1)])[0]}
     assert learned(near_blind) is False  # 0.45 is not 0.15 over 0.36

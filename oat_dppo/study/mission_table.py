@@ -118,8 +118,9 @@ def learned(arms: dict[str, ArmSummary]) -> bool | None:
 
 
 def comparisons(summaries: Sequence[ArmSummary]) -> list[str]:
-    """One line a cell: RL against its control, its warm start and the blind bound, said only as far as the
-    intervals say it (`separated`); a cell without RL rows yet says what it lacks."""
+    """One line a cell: RL against its control, its warm start and the blind bound, each as the paired difference
+    in standard errors (`difference`) and whether the arms' 95% intervals are apart (`separated`), then issue 68's
+    `learned`, saying where it rests on the paired test alone; a cell without RL rows yet says what it lacks."""
     lines = []
     for cell in dict.fromkeys((s.env, s.model, s.backend) for s in summaries):
         arms = {s.arm: s for s in summaries if (s.env, s.model, s.backend) == cell}
@@ -141,14 +142,16 @@ def comparisons(summaries: Sequence[ArmSummary]) -> list[str]:
             if other is None:
                 said.append(f"no row yet for {label}")
             else:
-                verdict = "above, intervals apart" if separated(rl, other) else "not separated from"
+                intervals = "95% intervals apart" if separated(rl, other) else "95% intervals overlap"
                 gap, se = difference(rl, other)
-                said.append(f"{verdict} {label} ({other.mean:.3f}; RL {gap:+.3f}, {gap / se:+.1f} SE)"
-                            if se > 0 else f"{verdict} {label} ({other.mean:.3f})")
+                said.append(f"{label} {other.mean:.3f}: RL {gap:+.3f}, {gap / se:+.1f} SE paired by seed, {intervals}"
+                            if se > 0 else f"{label} {other.mean:.3f}: {intervals}")
         verdict = learned(arms)
         if verdict is not None:
-            said.append(f"learned: {'yes' if verdict else 'no'} (RL >= blind + {LEARNED_OVER_BLIND}, > {LEARNED_SE:g} SE "
-                        f"over warm start and control)")
+            said.append(f"learned: {'yes' if verdict else 'no'} (issue 68's test: RL >= blind + {LEARNED_OVER_BLIND}, "
+                        f"> {LEARNED_SE:g} paired SE over warm start and control"
+                        + ("; the per-arm intervals, the stricter test, overlap" if verdict and not all(
+                            separated(rl, arms[a]) for a in ("warm_start", "control")) else "") + ")")
         lines.append(f"- {name}: " + "; ".join(said) + ".")
     return lines
 
