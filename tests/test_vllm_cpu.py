@@ -105,9 +105,19 @@ def test_float32_engine_computes_what_the_learner_computes(smol, smol_fp32):
     assert m["max"] < EXACT and m["topk_tv_max"] < EXACT, m
 
 
-def test_tiny_model_bf16_engine(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_bf16(tmp_path_factory):
+    """Module-scoped as the others: an engine dropped mid-module tears down vLLM's global parallel groups, which
+    the module's other engines still use. Dropped at the test's end, its reference cycles waited for the garbage
+    collector, which ran a few tests later: five smol_fp32 tests failed so ("pipeline model parallel group is not
+    initialized")."""
     model, tok = load_policy("tiny-qwen3", dtype=torch.float32)
-    engine = launch(model, tok, "bfloat16", source=engine_model_source("tiny-qwen3", model, tok, tmp_path))
+    source = engine_model_source("tiny-qwen3", model, tok, tmp_path_factory.mktemp("tiny"))
+    return model, tok, launch(model, tok, "bfloat16", source=source)
+
+
+def test_tiny_model_bf16_engine(tiny_bf16):
+    model, tok, engine = tiny_bf16
     vocab = model.config.vocab_size
     prompts = [[int(t) for t in torch.randint(3, vocab, (12,), generator=torch.Generator().manual_seed(i))]
                for i in range(8)]
