@@ -21,6 +21,18 @@ settings.register_profile("ci", settings.get_profile("dev"), derandomize=True, d
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def collect_dropped_engines():
+    """A vLLM engine dropped in one module is garbage (reference cycles) that the collector frees whenever it next
+    runs, and freeing it tears down vLLM's global parallel groups: under a later module's live engines, that fails
+    their every call ("pipeline model parallel group is not initialized"). Collected at each module's end, before
+    the next one launches its own. (Within a module, keep engines module-scoped: tests/test_vllm_cpu.py.)"""
+    yield
+    import gc
+
+    gc.collect()
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One intra-op torch thread for a module of many small forwards: on a shared 2-core machine a
