@@ -235,8 +235,8 @@ def equation_prior(prompt: str, rng: random.Random) -> str:
     return f"\\boxed{{{EQUATION_COMMONEST_ANSWER}}}"
 
 
-# simple_equations at max_value=10, size=4000 (the retry cell's pool): its 3,000 training questions' answers, commonest
-# first (353 to 263 each: near uniform; tests/test_demonstrators_reasoning.py counts them again).
+# simple_equations at max_value=10, size=4000 (the retry cell's pool): the answers of 3,000 draws of its training
+# split, commonest first (353 to 263 each: near uniform, so any order scores about as well on held-out questions).
 EQUATION_ANSWERS_BY_COUNT = (6, 9, 4, 2, 7, 10, 3, 8, 5, 1)
 
 
