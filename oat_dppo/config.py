@@ -189,13 +189,16 @@ class TrainConfig:
         "Turns (or episodes: --mini-batch-unit) per optimizer step (a rollout batch gives several steps: the "
         "trust region matters from the second on).",
     )
-    mini_batch_unit: Literal["turns", "episodes"] = opt(
+    mini_batch_unit: Literal["turns", "episodes", "groups"] = opt(
         "turns",
         "What --mini-batch-size counts in a multi-turn env. turns: an iteration of longer episodes gives more "
         "optimizer steps (16 Sudoku episodes at --mini-batch-size 16: 3 steps when they end after 3 turns, 15 "
         "when they play 15). episodes: a step takes the turns of that many whole episodes, so every iteration "
         "gives episodes-per-iteration / mini-batch-size steps however long its episodes are (how verl counts "
-        "trajectories). The same plan in a single-turn env.",
+        "trajectories). The same plan in a single-turn env. groups: episodes too, taken as whole groups "
+        "(--group-size episodes from one start state), so that a group's samples of one prompt share a "
+        "micro-batch, where the learner computes the prompt once (local backend; --mini-batch-size a multiple "
+        "of --group-size).",
     )
     micro_batch_size: int = opt(4, "Turns per forward/backward; gradients accumulate up to the mini-batch.")
     micro_batch_tokens: int = opt(
@@ -451,6 +454,9 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"--gamma must be in [0, 1], got {cfg.gamma}")
     if cfg.micro_batch_tokens < 0:
         raise ConfigError(f"--micro-batch-tokens must be >= 0 (0: off), got {cfg.micro_batch_tokens}")
+    if cfg.mini_batch_unit == "groups" and cfg.mini_batch_size % cfg.group_size:
+        raise ConfigError(f"--mini-batch-unit groups: --mini-batch-size {cfg.mini_batch_size} must be a multiple of "
+                          f"--group-size {cfg.group_size} (a step takes whole groups)")
     if cfg.mini_batch_unit == "turns" and not cfg.micro_batch_tokens and cfg.mini_batch_size % cfg.micro_batch_size:
         raise ConfigError(f"--mini-batch-size {cfg.mini_batch_size} must be a multiple of --micro-batch-size "
                           f"{cfg.micro_batch_size} (every optimizer step accumulates whole micro-batches)")

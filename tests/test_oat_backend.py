@@ -84,6 +84,15 @@ def test_every_local_option_reaches_oat_or_is_noted_or_refused():
         assert getattr(back, A.OAT_NAMES.get(f.name, f.name)) == value, f.name
 
 
+def test_mini_batches_of_whole_groups_are_refused_with_the_unit_that_serves():
+    """Oat's learner receives episodes without their group: `--mini-batch-unit groups` is refused, naming
+    `episodes` (the same step count)."""
+    args = A.DPPOArgs()
+    args.mini_batch_unit = "groups"
+    with pytest.raises(ConfigError, match="groups is local-backend only.*--mini-batch-unit episodes"):
+        A.finalize(args, world_size=1)
+
+
 def test_dppo_args_extend_the_real_ppo_args():
     assert A.OAT_ARGS_MISSING is None and issubclass(A.DPPOArgs, PPOArgs)
     helps = [f.metadata.get("help") for f in dataclasses.fields(A.DPPOArgs) if f.name in {"env", "trust_region"}]

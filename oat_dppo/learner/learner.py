@@ -41,7 +41,9 @@ class LearnerConfig:
     learning_rate: float = 1e-5
     num_ppo_epochs: int = 1
     mini_batch_size: int = 16  # turns (or episodes, see mini_batch_unit) per optimizer step
-    mini_batch_unit: str = "turns"  # "episodes": a step takes that many whole episodes (needs episode_ids)
+    mini_batch_unit: str = "turns"  # "episodes": a step takes that many whole episodes (needs episode_ids);
+    # "groups": that many episodes as whole groups of group_size (needs group_ids)
+    group_size: int = 1  # episodes per group (the rollout's --group-size), for mini_batch_unit "groups"
     micro_batch_size: int = 4  # turns per forward/backward (gradient accumulation)
     micro_batch_tokens: int = 0  # > 0: micro-batches by this token budget (rows x longest row) instead
     logits_chunk_tokens: int = 4096  # response tokens per checkpointed LM-head block (0: one block)
@@ -105,14 +107,15 @@ class Learner:
         self.trajectory_sequences = requirements(trust_region).trajectory_sequences
         self.layout = sequence_layout(model)  # the prefix layout sorts rows by their tokens (`row_sort_keys`)
 
-    def update(self, turns: Sequence[Turn], rng: random.Random, episode_ids: Sequence[int] | None = None
-               ) -> dict[str, float]:
+    def update(self, turns: Sequence[Turn], rng: random.Random, episode_ids: Sequence[int] | None = None,
+               group_ids: Sequence[int] | None = None) -> dict[str, float]:
         """Train on `turns` (advantages already assigned); returns the update's metrics. `episode_ids`
         (one per turn): the episode each turn belongs to, which a strategy whose sequence is the whole
-        episode needs (`Requirements.trajectory_sequences`); without them each turn is its own."""
+        episode needs (`Requirements.trajectory_sequences`); without them each turn is its own. `group_ids`
+        (one per turn): the group of episodes played from its start state (`mini_batch_unit` "groups")."""
         cfg = self.config
         t_start = time.perf_counter()
-        prepared = self.prepare(turns, rng, episode_ids)
+        prepared = self.prepare(turns, rng, episode_ids, group_ids)
         if prepared is None:
             return {"optimizer_steps": 0.0, "train_tokens": 0.0}
         batch, plan = prepared
@@ -139,14 +142,15 @@ class Learner:
         out.update(recompute_s=recompute_s, train_seconds=time.perf_counter() - t_start)
         return out
 
-    def prepare(self, turns: Sequence[Turn], rng: random.Random, episode_ids: Sequence[int] | None = None
-                ) -> tuple[TokenBatch, list[StepPlan]] | None:
+    def prepare(self, turns: Sequence[Turn], rng: random.Random, episode_ids: Sequence[int] | None = None,
+                group_ids: Sequence[int] | None = None) -> tuple[TokenBatch, list[StepPlan]] | None:
         """The packed batch of `turns` and the optimizer steps (micro-batches of its rows) that `update` runs
         with this `rng`; None when no turn has a response. A benchmark reads it to run a bare loop on the
         same micro-batches."""
         cfg = self.config
-        if episode_ids is not None and len(episode_ids) != len(turns):
-            raise ValueError(f"{len(episode_ids)} episode ids for {len(turns)} turns")
+        for name, ids in (("episode", episode_ids), ("group", group_ids)):
+            if ids is not None and len(ids) != len(turns):
+                raise ValueError(f"{len(ids)} {name} ids for {len(turns)} turns")
         kept = [i for i, t in enumerate(turns) if t.response_ids]
         turns = [turns[i] for i in kept]
         if not turns:
@@ -162,12 +166,13 @@ class Learner:
 
         episodes = None if episode_ids is None else [episode_ids[i] for i in kept]
         rows = None if episodes is None else chains(turns, episodes)  # an episode's chat turns: one row
+        by_group = cfg.mini_batch_unit == "groups"
         plan, sequence_ids = plan_update(
             lengths, episodes, trajectory_sequences=self.trajectory_sequences, mini_batch_unit=cfg.mini_batch_unit,
-            epochs=cfg.num_ppo_epochs, step_rows=cfg.mini_batch_size, micro_rows=cfg.micro_batch_size,
-            permutation=permutation, chain_of=None if rows is None else row_of(rows),
-            sort_keys=row_sort_keys(self.layout, turns),
-            micro_tokens=cfg.micro_batch_tokens)
+            epochs=cfg.num_ppo_epochs, step_rows=cfg.mini_batch_size // cfg.group_size if by_group else cfg.mini_batch_size,
+            micro_rows=cfg.micro_batch_size, permutation=permutation, chain_of=None if rows is None else row_of(rows),
+            sort_keys=row_sort_keys(self.layout, turns), micro_tokens=cfg.micro_batch_tokens,
+            group_ids=None if group_ids is None else [group_ids[i] for i in kept])
         with timed(self.on_timing, "collate"):
             batch = collate(turns, self.pad_id, self.topk, rows=rows)
         if sequence_ids is not None:

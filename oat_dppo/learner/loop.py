@@ -178,7 +178,7 @@ def plan_update(
     episode_ids: Sequence[int] | None,
     *,
     trajectory_sequences: bool,
-    mini_batch_unit: Literal["turns", "episodes"],
+    mini_batch_unit: Literal["turns", "episodes", "groups"],
     epochs: int,
     step_rows: int,
     micro_rows: int,
@@ -186,18 +186,23 @@ def plan_update(
     sort_keys: Sequence | None = None,
     chain_of: Sequence[int] | None = None,
     micro_tokens: int = 0,
+    group_ids: Sequence[int] | None = None,
 ) -> tuple[list[StepPlan], list[int] | None]:
     """Both backends' plan for one rollout batch of turns: (optimizer steps, the sequence id of each row
     or None). `episode_ids` (one per turn) say which turns are one episode:
 
     * `mini_batch_unit="episodes"`: a step takes `step_rows` whole episodes (`step_counts="groups"`);
+    * `mini_batch_unit="groups"`: a step takes `step_rows` whole groups (`group_ids`, one per turn: the episodes
+      played from one start state), so that a group's samples of one prompt share a step and, sorted by their
+      tokens, a micro-batch, where the prefix layout computes the prompt once; not with episodes kept whole
+      (the two cases below that keep an episode's turns in one micro-batch);
     * a strategy that decides per episode (`trajectory_sequences`) on episodes of several turns: an
       episode's turns share a micro-batch and are one sequence (the returned ids);
     * `chain_of` (the row of each turn, `batch.chains`) with rows of several turns: an episode's turns
       share a micro-batch, and the plan's indices are rows, not turns;
     * otherwise turns are rows like any other (an episode is not kept together).
 
-    `permutation(n)` orders the n units (turns, or episodes when they are kept together) of each epoch. A
+    `permutation(n)` orders the n units (turns, or the episodes or groups kept together) of each epoch. A
     step's units are sorted by `sort_keys` (one per turn; default: `lengths`).
     `micro_tokens > 0`: micro-batches by a token budget over `lengths` (`plan_steps`; an episode kept together
     counts its turns' rows, which overcounts a chained episode's one row: the budget stays an upper bound).
@@ -213,6 +218,17 @@ def plan_update(
     if packed and groups is None:
         raise ValueError("rows of several turns (chain_of) need the episode of each turn (episode_ids)")
     together = episode_sequences or packed
+    if mini_batch_unit == "groups":
+        if group_ids is None or len(group_ids) != len(lengths):
+            raise ValueError("mini_batch_unit='groups' needs the group of each turn (group_ids)")
+        if together:
+            raise ValueError("mini_batch_unit='groups' keeps groups, not episodes, whole: not with a strategy that "
+                             "decides per episode on multi-turn episodes, nor with rows of several turns (chat history)")
+        plan = plan_steps(len(lengths), epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
+                          permutation=permutation, sort_keys=list(lengths) if sort_keys is None else sort_keys,
+                          groups=[int(g) for g in group_ids], step_counts="groups", split_groups=True,
+                          lengths=list(lengths), micro_tokens=micro_tokens)
+        return plan, None
     plan = plan_steps(len(lengths), epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
                       permutation=permutation,
                       sort_keys=list(lengths) if sort_keys is None else sort_keys,

@@ -208,6 +208,7 @@ class LocalTrainer:
                 num_ppo_epochs=cfg.num_ppo_epochs,
                 mini_batch_size=cfg.mini_batch_size,
                 mini_batch_unit=cfg.mini_batch_unit,
+                group_size=cfg.group_size,
                 micro_batch_size=cfg.micro_batch_size,
                 micro_batch_tokens=cfg.micro_batch_tokens,
                 logits_chunk_tokens=cfg.logits_chunk_tokens,
@@ -538,12 +539,15 @@ class LocalTrainer:
         played = [e for e in episodes if e.error is None]
         turns = [t for e in played for t in e.turns]
         episode_ids = [i for i, e in enumerate(played) for _ in e.turns]
+        group_ids = [e.seed for e in played for _ in e.turns]  # a group: the episodes played from one seed
         self.last_turns = turns
         self._phase = "train"
-        train = self.learner.update(turns, random.Random(derive_seed(cfg.seed, "shuffle", iteration)), episode_ids)
+        train = self.learner.update(turns, random.Random(derive_seed(cfg.seed, "shuffle", iteration)), episode_ids,
+                                    group_ids)
         sync_s = self.sync_engine()  # before the next rollout or evaluation samples from the engine
         self._phase = "log"
-        unit, count = ("episodes", len(set(episode_ids))) if cfg.mini_batch_unit == "episodes" else ("turns", len(turns))
+        unit, count = (("episodes", len(set(episode_ids))) if cfg.mini_batch_unit in ("episodes", "groups")
+                       else ("turns", len(turns)))
         if count <= cfg.mini_batch_size and cfg.num_ppo_epochs == 1 and turns and not self._noted_one_step:
             self._noted_one_step = True  # once a run: a rollout of a few more turns would change nothing
             print(f"note: this rollout has {count} {unit} and --mini-batch-size is {cfg.mini_batch_size}: one "

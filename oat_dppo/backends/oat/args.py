@@ -290,6 +290,9 @@ def finalize(args, *, world_size: int | None = None) -> list[str]:
         ignored.append(flag)
     if ignored:
         notes.append(f"ignored on the Oat backend: {', '.join(ignored)}")
+    if args.mini_batch_unit == "groups":  # (one of TrainConfig's values, so not in LOCAL_ONLY's by-default check)
+        raise ConfigError("--mini-batch-unit groups is local-backend only: Oat's learner receives episodes without "
+                          "the group they were played in; --mini-batch-unit episodes counts the same steps")
     if args.log == "wandb":
         args.use_wb = True
     elif args.log == "tensorboard":
