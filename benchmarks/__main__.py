@@ -22,6 +22,8 @@ BENCHMARKS = {
     "oat-learner": ("benchmarks.oat_learner", "the Oat learner step vs stock Oat PPO, on CPU"),
     "packing": ("benchmarks.packing", "one learner row per chat episode vs one per turn: tokens computed and "
                                           "learner time"),
+    "mini-batch-unit": ("benchmarks.mini_batch_unit", "the learner's update in steps of shuffled turns vs whole groups "
+                                                      "(a group's prompt once): decoder tokens and time"),
     "layouts": ("benchmarks.layouts", "the learner's decoder layouts (padded grid, a forward per row, one packed "
                                       "sequence) on real turns: padded share and time"),
     "head": ("benchmarks.head", "the LM head in checkpointed blocks: peak memory and time"),

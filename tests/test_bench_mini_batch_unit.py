@@ -1,0 +1,37 @@
+"""Smoke test of `python -m benchmarks mini-batch-unit`: a tiny model on real math questions, seconds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks import mini_batch_unit
+
+
+@pytest.fixture
+def keep_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_whole_groups_compute_fewer_tokens_in_as_many_steps(keep_threads, capsys):
+    """Two groups of 4 samples, steps of 4 episodes: whole groups run each prompt once per micro-batch; shuffled
+    turns split the groups. The table prints both units."""
+    from oat_dppo.models import load_policy
+
+    cfg = mini_batch_unit.Config(model="tiny-qwen3", episodes=8, group_size=4, mini_batch_size=4, micro_batch_size=4,
+                                 max_new_tokens=6, reps=1)
+    model, tok = load_policy(cfg.model, seed=0)
+    u = mini_batch_unit.measure(cfg, model, tok)["units"]
+    assert u["turns"]["steps"] == u["groups"]["steps"] == 2
+    assert u["groups"]["tokens"] < u["turns"]["tokens"]
+    assert mini_batch_unit.main(["--model", "tiny-qwen3", "--episodes", "8", "--group-size", "4",
+                                 "--mini-batch-size", "4", "--micro-batch-size", "4", "--max-new-tokens", "6",
+                                 "--reps", "1", "--trainable-layers", "0"]) == 0
+    table = capsys.readouterr().out
+    assert "| turns | 2 |" in table and "| groups | 2 |" in table
+
+
+def test_counts_that_split_a_group_are_refused(keep_threads):
+    assert mini_batch_unit.main(["--model", "tiny-qwen3", "--episodes", "6", "--group-size", "4"]) == 2
