@@ -8,7 +8,7 @@ one prompt), as a rollout of `--group-size` does; then the local learner takes t
 the same weights with each unit: `turns` (each step a seeded shuffle of single turns: a group is split across steps
 and its prompt runs once per part) and `groups` (each step whole groups: a micro-batch of `group_size` rows sorted
 by tokens is one group, whose prompt the prefix layout computes once). Reported: decoder positions computed per
-trained token (`train/decoder_tokens_per_token`) and the update's seconds, wall and process CPU (one thread: the
+trained token (`train/decoder_tokens_per_token`, the mean over the reps' shuffles) and the update's seconds, wall and process CPU (one thread: the
 CPU time is the work and barely moves when other jobs take the core), fastest of `reps` round-robin
 repetitions. Progress on stderr, the table on stdout.
 """
@@ -27,18 +27,20 @@ import tyro
 
 from benchmarks.packing import play
 from oat_dppo.cli import opt, parse
-from oat_dppo.config import assignments
+from oat_dppo.config import ConfigError, assignments
 from oat_dppo.learner import Learner, LearnerConfig
 from oat_dppo.trust_region import make_trust_region
 
 UNITS = ("turns", "groups")
+DEFAULT_ENV_OPTIONS = ("tasks=simple_equations", "max_value=10")
 
 
 @dataclass
 class Config:
     env: str = opt("math:procedural", "environment id")
     env_option: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = opt(
-        ("tasks=simple_equations", "max_value=10"), "an environment option NAME=VALUE (repeatable), as main's")
+        (), "an environment option NAME=VALUE (repeatable), as main's; none given: "
+        + " ".join(DEFAULT_ENV_OPTIONS) + " (math:procedural's small equations)")
     model: str = opt("smollm2", "policy")
     episodes: int = opt(64, "episodes played (a multiple of group_size)")
     group_size: int = opt(8, "episodes from each start seed")
@@ -53,14 +55,14 @@ class Config:
 
 
 def measure(cfg: Config, model, tok) -> dict:
-    options = assignments(cfg.env_option, "--env-option", example="max_value=10")
+    options = assignments(cfg.env_option or DEFAULT_ENV_OPTIONS, "--env-option", example="max_value=10")
     episodes = [e for e in play(cfg, cfg.env, model, tok, group_size=cfg.group_size, **options) if e.error is None]
     turns = [t for e in episodes for t in e.turns if t.response_ids]
     episode_ids = [i for i, e in enumerate(episodes) for t in e.turns if t.response_ids]
     group_ids = [e.seed for e in episodes for t in e.turns if t.response_ids]
     for i, t in enumerate(turns):
         t.advantage = 1.0 if i % 2 else -1.0  # any signs: the work does not depend on them
-    out = {unit: {"wall": [], "cpu": []} for unit in UNITS}
+    out = {unit: {"wall": [], "cpu": [], "tokens": []} for unit in UNITS}
     for rep in range(cfg.reps):
         for unit in UNITS:
             lcfg = LearnerConfig(learning_rate=1e-5, mini_batch_size=cfg.mini_batch_size, mini_batch_unit=unit,
@@ -70,7 +72,7 @@ def measure(cfg: Config, model, tok) -> dict:
             metrics = learner.update(turns, random.Random(cfg.seed + rep), episode_ids, group_ids)
             out[unit]["wall"].append(time.perf_counter() - wall)
             out[unit]["cpu"].append(time.process_time() - cpu)
-            out[unit]["tokens"] = metrics["decoder_tokens_per_token"]
+            out[unit]["tokens"].append(metrics["decoder_tokens_per_token"])  # (each rep its own shuffle)
             out[unit]["steps"] = metrics["optimizer_steps"]
             print(f"  {unit}: {out[unit]['wall'][-1]:.1f} s wall, {out[unit]['cpu'][-1]:.1f} s CPU, "
                   f"{metrics['decoder_tokens_per_token']:.2f} decoder tokens per trained token", file=sys.stderr,
@@ -92,18 +94,23 @@ def main(argv: list[str]) -> int:
     if cfg.trainable_layers:
         freeze_all_but_top_layers(model, cfg.trainable_layers)
     model.eval()
-    r = measure(cfg, model, tok)
+    try:
+        r = measure(cfg, model, tok)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     u = r["units"]
-    print(f"{cfg.model} on {cfg.env} {' '.join(cfg.env_option)}: {cfg.episodes} episodes in groups of "
+    print(f"{cfg.model} on {cfg.env} {' '.join(cfg.env_option or DEFAULT_ENV_OPTIONS)}: {cfg.episodes} episodes in groups of "
           f"{cfg.group_size}, {r['turns']} turns ({r['prompt']:.0f} prompt tokens a turn, {r['trained']} trained "
           f"tokens), steps of {cfg.mini_batch_size} episodes in micro-batches of {cfg.micro_batch_size}, top "
           f"{cfg.trainable_layers} layers trained, {cfg.threads} thread(s), fastest of {cfg.reps}\n")
-    print("| unit | optimizer steps | decoder tokens per trained token | update s (wall) | update s (CPU) | "
-          "CPU time vs turns |")
+    print("| unit | optimizer steps | decoder tokens per trained token (mean over reps) | update s (wall) | "
+          "update s (CPU) | CPU time vs turns |")
     print("|---|---|---|---|---|---|")
     base = min(u["turns"]["cpu"])
     for unit in UNITS:
-        print(f"| {unit} | {u[unit]['steps']:.0f} | {u[unit]['tokens']:.2f} | {min(u[unit]['wall']):.1f} | "
+        tokens = sum(u[unit]["tokens"]) / len(u[unit]["tokens"])
+        print(f"| {unit} | {u[unit]['steps']:.0f} | {tokens:.2f} | {min(u[unit]['wall']):.1f} | "
               f"{min(u[unit]['cpu']):.1f} | {min(u[unit]['cpu']) / base:.2f} |")
     return 0
 

@@ -25,7 +25,7 @@ def test_whole_groups_compute_fewer_tokens_in_as_many_steps(keep_threads, capsys
     model, tok = load_policy(cfg.model, seed=0)
     u = mini_batch_unit.measure(cfg, model, tok)["units"]
     assert u["turns"]["steps"] == u["groups"]["steps"] == 2
-    assert u["groups"]["tokens"] < u["turns"]["tokens"]
+    assert u["groups"]["tokens"][0] < u["turns"]["tokens"][0]
     assert mini_batch_unit.main(["--model", "tiny-qwen3", "--episodes", "8", "--group-size", "4",
                                  "--mini-batch-size", "4", "--micro-batch-size", "4", "--max-new-tokens", "6",
                                  "--reps", "1", "--trainable-layers", "0"]) == 0
@@ -33,5 +33,8 @@ def test_whole_groups_compute_fewer_tokens_in_as_many_steps(keep_threads, capsys
     assert "| turns | 2 |" in table and "| groups | 2 |" in table
 
 
-def test_counts_that_split_a_group_are_refused(keep_threads):
+def test_counts_that_split_a_group_and_options_given_twice_are_refused(keep_threads, capsys):
     assert mini_batch_unit.main(["--model", "tiny-qwen3", "--episodes", "6", "--group-size", "4"]) == 2
+    assert mini_batch_unit.main(["--model", "tiny-qwen3", "--env-option", "max_value=10",
+                                 "--env-option", "max_value=20"]) == 2
+    assert "max_value is given twice" in capsys.readouterr().err
