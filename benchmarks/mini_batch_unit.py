@@ -90,13 +90,13 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(cfg.threads)
     from oat_dppo.models import freeze_all_but_top_layers, load_policy
 
-    model, tok = load_policy(cfg.model, seed=cfg.seed)
-    if cfg.trainable_layers:
-        freeze_all_but_top_layers(model, cfg.trainable_layers)
-    model.eval()
     try:
+        model, tok = load_policy(cfg.model, seed=cfg.seed)
+        if cfg.trainable_layers:
+            freeze_all_but_top_layers(model, cfg.trainable_layers)
+        model.eval()
         r = measure(cfg, model, tok)
-    except ConfigError as e:
+    except (ConfigError, ValueError) as e:  # bad options: the env's, the model's layer count
         print(f"error: {e}", file=sys.stderr)
         return 2
     u = r["units"]

@@ -35,6 +35,8 @@ def test_whole_groups_compute_fewer_tokens_in_as_many_steps(keep_threads, capsys
 
 def test_counts_that_split_a_group_and_options_given_twice_are_refused(keep_threads, capsys):
     assert mini_batch_unit.main(["--model", "tiny-qwen3", "--episodes", "6", "--group-size", "4"]) == 2
-    assert mini_batch_unit.main(["--model", "tiny-qwen3", "--env-option", "max_value=10",
+    assert mini_batch_unit.main(["--model", "tiny-qwen3", "--trainable-layers", "0", "--env-option", "max_value=10",
                                  "--env-option", "max_value=20"]) == 2
     assert "max_value is given twice" in capsys.readouterr().err
+    assert mini_batch_unit.main(["--model", "tiny-qwen3"]) == 2  # 6 trainable layers of its 4
+    assert "the model has only 4 layers" in capsys.readouterr().err
