@@ -201,3 +201,20 @@ def test_sudoku_steps_per_iteration(tmp_path, unit, max_turns, steps):
     row = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert row["rollout/turns_mean"] == max_turns
     assert row["train/optimizer_steps"] == steps
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--env-option", "history=chat", "--template", "chatml"], "history=chat"),
+    (["--trust-region", "trm"], "decides per episode"),
+])
+def test_groups_that_cannot_stay_whole_are_refused_before_the_model_loads(tmp_path, capsys, extra, match):
+    """Real GEM Sudoku (multi-turn): an episode that must train in one micro-batch (one chat row, a per-episode
+    strategy) is refused at the start with the unit that serves, not after the first rollout."""
+    code = main([*TINY, "--run-dir", str(tmp_path / "run"), "--env", "game:Sudoku-v0-easy", "--iterations", "1",
+                 "--episodes-per-iteration", "4", "--group-size", "2", "--advantage", "group_norm",
+                 "--mini-batch-size", "2", "--micro-batch-size", "2", "--mini-batch-unit", "groups", *extra])
+    assert code != 0
+    err = capsys.readouterr().err
+    assert match in err and "use --mini-batch-unit episodes" in err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+

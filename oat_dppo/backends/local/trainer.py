@@ -35,7 +35,7 @@ from oat_dppo.components import (
 from oat_dppo.cli import python_command
 from oat_dppo import determinism
 from oat_dppo import warm_start as warm
-from oat_dppo.config import ConfigError, TrainConfig, to_dict
+from oat_dppo.config import ConfigError, TrainConfig, env_options, to_dict
 from oat_dppo.engine import vllm as vllm_engine
 from oat_dppo.engine.base import pad_token_id, stop_token_ids
 from oat_dppo.engine.hf import HFEngine
@@ -52,6 +52,7 @@ from oat_dppo.models import (
 )
 from oat_dppo.provenance import provenance
 from oat_dppo.rundir import RunDir, RunDirError, checkpoint_exists, checkpoint_iteration
+from oat_dppo.envs.presets import plays_turns
 from oat_dppo.envs.splits import split_seeds
 from oat_dppo.seeds import derive_seed, episode_seeds
 from oat_dppo.stopping import StopSignals, say, stop_status
@@ -179,6 +180,7 @@ class LocalTrainer:
                                               threads=cfg.threads)
         # Cheapest checks first: a bad strategy or env id fails before the model loads.
         self.trust_region = build_trust_region(cfg)
+        _check_groups_unit(cfg, requirements(self.trust_region).trajectory_sequences)
         self.envs = build_envs(cfg, cfg.episodes_per_iteration, split="train")
         self.eval_envs = build_envs(cfg, cfg.eval_episodes, split="validation") if cfg.eval_every and cfg.eval_episodes else []
         # the test split's, built at the run's end (a math env's pool costs time)
@@ -675,3 +677,17 @@ class LocalTrainer:
         for env in self.envs + self.eval_envs + self.test_envs:
             env.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _check_groups_unit(cfg: TrainConfig, trajectory_sequences: bool) -> None:
+    """`--mini-batch-unit groups` keeps groups whole, not episodes: refused before the model loads where the learner
+    must keep an episode's turns in one micro-batch (`learner.loop.plan_update`), not after the first rollout."""
+    if cfg.mini_batch_unit != "groups":
+        return
+    options = env_options(cfg)
+    if options.get("history") == "chat":
+        raise ConfigError("--mini-batch-unit groups with --env-option history=chat: an episode's turns train as one "
+                          "row, which the groups unit does not keep whole; use --mini-batch-unit episodes")
+    if trajectory_sequences and plays_turns(cfg.env, options):
+        raise ConfigError(f"--mini-batch-unit groups with --trust-region {cfg.trust_region}, which decides per episode "
+                          "on multi-turn episodes (an episode in one micro-batch); use --mini-batch-unit episodes")
