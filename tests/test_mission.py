@@ -235,3 +235,18 @@ def test_the_table_replaces_only_its_block():
     assert replace_block(page, "| new |\n") == f"# Results\n{MARK_BEGIN}\n| new |\n{MARK_END}\nbelow\n"
     with pytest.raises(ValueError):
         replace_block("# no block\n", "x")
+
+
+def test_the_figure_wraps_its_cells_into_rows_of_four(tmp_path):
+    """Eleven cells in one row were 5,000 pixels wide and unreadable: the panels wrap, four to a row."""
+    from PIL import Image
+
+    from oat_dppo.study.mission_table import FIGURE_COLUMNS, ArmSummary, figure
+
+    arms = [ArmSummary(env=f"rg:env{c}[demo:x]", model="smollm2", backend="local", arm=arm, seeds=(0, 1),
+                       seed_means=(0.4, 0.5), episodes=256, mean=0.45, half_width=0.1, solved=None)
+            for c in range(FIGURE_COLUMNS + 1) for arm in ("blind", "rl")]
+    with Image.open(figure(arms, tmp_path / "fig.png")) as image:
+        width, height = image.size
+    assert FIGURE_COLUMNS == 4 and width < 2000 and height > width / 3  # 2 rows of 4, not 1 row of 5
+

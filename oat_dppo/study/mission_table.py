@@ -167,6 +167,9 @@ def markdown(summaries: Sequence[ArmSummary]) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(comparisons(summaries)) + "\n"
 
 
+FIGURE_COLUMNS = 4  # panels per row of the figure
+
+
 def figure(summaries: Sequence[ArmSummary], path: Path) -> Path:
     import matplotlib
 
@@ -174,10 +177,14 @@ def figure(summaries: Sequence[ArmSummary], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     cells = list(dict.fromkeys((s.env, s.model, s.backend) for s in summaries))
-    fig, axes = plt.subplots(1, len(cells), figsize=(4.2 * len(cells), 3.6), squeeze=False)
+    cols = min(len(cells), FIGURE_COLUMNS)  # a grid, so that the panels stay readable as cells are added
+    rows = -(-len(cells) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.8 * rows), squeeze=False)
     colors = {"blind": "#999999", "demonstrator": "#4c72b0", "warm_start": "#dd8452", "rl": "#55a868",
               "control": "#c44e52"}
-    for ax, cell in zip(axes[0], cells):
+    for ax in axes.flat[len(cells):]:
+        ax.set_visible(False)
+    for ax, cell in zip(axes.flat, cells):
         arms = [s for s in summaries if (s.env, s.model, s.backend) == cell]
         for i, s in enumerate(arms):
             ax.bar(i, s.mean, color=colors.get(s.arm, "#333333"), alpha=0.8)
@@ -185,7 +192,9 @@ def figure(summaries: Sequence[ArmSummary], path: Path) -> Path:
             ax.scatter([i] * len(s.seed_means), s.seed_means, color="black", s=10, zorder=3)
         ax.set_xticks(range(len(arms)), [s.arm for s in arms], rotation=30)
         ax.set_ylim(0, 1.05)
-        ax.set_title(f"{cell[0].split(':')[-1]}\n{cell[1]} ({cell[2]})", fontsize=9)
+        env_id, _, options = cell[0].partition("[")  # the options on a line of their own
+        name = env_id.split(":")[-1] + (f"\n[{options}" if options else "")
+        ax.set_title(f"{name}\n{cell[1]} ({cell[2]})", fontsize=9)
         ax.set_ylabel("test mean reward")
     fig.suptitle("Mission table: test split, 95% intervals over seeds and tasks (dots: seeds)", fontsize=10)
     fig.tight_layout()
