@@ -217,4 +217,3 @@ def test_groups_that_cannot_stay_whole_are_refused_before_the_model_loads(tmp_pa
     err = capsys.readouterr().err
     assert match in err and "use --mini-batch-unit episodes" in err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
-

@@ -218,23 +218,19 @@ def plan_update(
     if packed and groups is None:
         raise ValueError("rows of several turns (chain_of) need the episode of each turn (episode_ids)")
     together = episode_sequences or packed
-    if mini_batch_unit == "groups":
+    by_group = mini_batch_unit == "groups"
+    if by_group:
         if group_ids is None or len(group_ids) != len(lengths):
             raise ValueError("mini_batch_unit='groups' needs the group of each turn (group_ids)")
         if together:
             raise ValueError("mini_batch_unit='groups' keeps groups, not episodes, whole: not with a strategy that "
                              "decides per episode on multi-turn episodes, nor with rows of several turns (chat history)")
-        plan = plan_steps(len(lengths), epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
-                          permutation=permutation, sort_keys=list(lengths) if sort_keys is None else sort_keys,
-                          groups=[int(g) for g in group_ids], step_counts="groups", split_groups=True,
-                          lengths=list(lengths), micro_tokens=micro_tokens)
-        return plan, None
+    units = [int(g) for g in group_ids] if by_group else (groups if (together or by_episode) else None)
     plan = plan_steps(len(lengths), epochs=epochs, step_rows=step_rows, micro_rows=micro_rows,
                       permutation=permutation,
                       sort_keys=list(lengths) if sort_keys is None else sort_keys,
-                      groups=groups if (together or by_episode) else None,
-                      step_counts="groups" if by_episode else "rows", split_groups=not together,
-                      lengths=list(lengths), micro_tokens=micro_tokens)
+                      groups=units, step_counts="groups" if (by_episode or by_group) else "rows",
+                      split_groups=not together, lengths=list(lengths), micro_tokens=micro_tokens)
     if not packed:
         return plan, (groups if episode_sequences else None)
     plan = [[list(dict.fromkeys(int(chain_of[t]) for t in micro)) for micro in step] for step in plan]
