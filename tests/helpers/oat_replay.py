@@ -22,6 +22,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 class Replayed:
     grad_norm: float  # the single-rank step's gradient norm
     max_weight_diff: float  # max |w_single - w_program| over every parameter after the step
+    weights: int  # how many weights the step updates
+    weights_off: int  # of them, how many end more than lr / 20 apart from the program's
     episodes: int
     turns: int
 
@@ -36,7 +38,9 @@ def _oats_optimizer(model, args):
                      betas=(args.adam_beta_1, args.adam_beta_2), weight_decay=args.l2)
 
 
-def replay_round(run_dir: Path, argv: list[str]) -> Replayed:
+def replay_round(run_dir: Path, argv: list[str], ranks: list[int] | None = None) -> Replayed:
+    """The round on one rank: every rank's episodes (default), or only those of `ranks` (a step that missed the
+    all-reduce sees its own rank's alone)."""
     import oat_harness as H
 
     from oat_dppo.backends.oat import args as A
@@ -44,7 +48,7 @@ def replay_round(run_dir: Path, argv: list[str]) -> Replayed:
 
     [save_path] = [p for p in run_dir.iterdir() if (p / "buffer_step00001.pkl").exists()]
     _, _, per_rank = pd.read_pickle(save_path / "buffer_step00001.pkl")
-    episodes = [e for rank in per_rank for e in rank]
+    episodes = [e for i, rank in enumerate(per_rank) if ranks is None or i in ranks for e in rank]
     initial = run_dir / "initial_model" / "tiny-qwen3"
     model = AutoModelForCausalLM.from_pretrained(initial, torch_dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(initial)
@@ -58,6 +62,8 @@ def replay_round(run_dir: Path, argv: list[str]) -> Replayed:
 
     after = AutoModelForCausalLM.from_pretrained(save_path / "saved_models" / "step_00001", torch_dtype=torch.float32)
     saved = dict(after.named_parameters())
-    diff = max(float((p.detach() - saved[n].detach()).abs().max()) for n, p in H.policy_of(learner).named_parameters())
-    return Replayed(grad_norm=float(infos["grad_norm"]), max_weight_diff=diff, episodes=len(episodes),
+    diffs = [(p.detach() - saved[n].detach()).abs().flatten() for n, p in H.policy_of(learner).named_parameters()]
+    diff = torch.cat(diffs)  # [number of weights]
+    return Replayed(grad_norm=float(infos["grad_norm"]), max_weight_diff=float(diff.max()), weights=diff.numel(),
+                    weights_off=int((diff > args.learning_rate / 20).sum()), episodes=len(episodes),
                     turns=len(batch))  # (episode, turn) pairs
