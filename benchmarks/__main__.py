@@ -42,6 +42,8 @@ BENCHMARKS = {
                                               "lacks, the move) a run's logged episodes get wrong"),
     "acre-work": ("benchmarks.acre_work", "ACRE: which step of a worked answer (each object's evidence, the label) a "
                                           "run's logged episodes get wrong"),
+    "sums-work": ("benchmarks.sums_work", "sums in columns: which step of a worked addition (the column's digits, "
+                                          "the carry, the sum, the result so far) a run's logged episodes get wrong"),
     "gpu": ("benchmarks.gpu", "one GPU: vLLM rollout, weight sync, learner, and the mismatch table"),
 }
 USAGE = "usage: python -m benchmarks {" + ",".join(BENCHMARKS) + "} [--help | options]"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import re
 from typing import Any, Sequence
 
 from .preset import EnvPreset
@@ -159,3 +160,31 @@ def linear_equation_steps(question: str) -> tuple[str, str] | None:
                 f"{x} = {const} / {coeff} = {answer}."
         return steps, str(answer)
     return None
+
+
+# ---- adding two numbers in columns (reasoning-gym's basic_arithmetic, "Calculate 4179 + 1931.") -------------
+
+# two whole numbers and a plus, no other term or operator beside them
+TWO_TERM_SUM = re.compile(r"(?<![\d.])(?<![-+*/] )(\d+) \+ (\d+)(?!\d|\.\d| [-+*/])")
+
+
+def column_addition_steps(question: str) -> tuple[str, str] | None:
+    """(the column sums, the answer) of the one sum of two whole numbers the question states, e.g. for "Calculate
+    4179 + 1931." ("9 + 1 = 10: 0. 7 + 3 + 1 = 11: 10. 1 + 9 + 1 = 11: 110. 4 + 1 + 1 = 6: 6110.", "6110"); None
+    where it states no such sum. Ones first: each column adds its two digits (0 where a number is shorter) and the
+    carry, then writes the result so far, the new digit before the last result's digits, so that every token is
+    a one-digit sum or a copy; the last column writes its whole sum."""
+    found = TWO_TERM_SUM.findall(question)
+    if len(found) != 1:
+        return None
+    a, b = found[0]
+    width = max(len(a), len(b))
+    a, b = a.zfill(width), b.zfill(width)
+    steps, carry, written = [], 0, ""
+    for i in range(width - 1, -1, -1):
+        x, y = int(a[i]), int(b[i])
+        total = x + y + carry
+        written = (str(total) if i == 0 else str(total % 10)) + written
+        steps.append(f"{x} + {y}{' + 1' if carry else ''} = {total}: {written}.")
+        carry = total // 10
+    return " ".join(steps), written

@@ -29,7 +29,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 ONE_STACK_MODULES = {
     "test_bench_acre_work", "test_bench_by_hidden_number", "test_bench_gpu", "test_bench_local",
     "test_bench_mini_batch_unit", "test_bench_mismatch", "test_bench_peers", "test_bench_sudoku_work",
-    "test_bench_trust_region", "test_cli", "test_credit_across_turns", "test_credit_assignment",
+    "test_bench_sums_work", "test_bench_trust_region", "test_cli", "test_credit_across_turns", "test_credit_assignment",
     "test_credit_signal", "test_demonstrators_reasoning", "test_engine_precision", "test_gpu_window",
     "test_gradient_noise", "test_lab", "test_main", "test_plot", "test_precheck", "test_reasoning_bounds",
     "test_study", "test_study_constant_policy", "test_study_significance", "test_warm_start",

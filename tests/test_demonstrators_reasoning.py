@@ -91,6 +91,37 @@ def test_equation_worked_solves_what_the_grader_grades_and_the_blind_bounds_do_n
         assert low <= sum(rewards) / len(rewards) <= high, (name, rewards)
 
 
+def test_column_addition_steps_by_hand():
+    from oat_dppo_envs.math import column_addition_steps
+
+    assert column_addition_steps("Calculate 4179 + 1931.") == (
+        "9 + 1 = 10: 0. 7 + 3 + 1 = 11: 10. 1 + 9 + 1 = 11: 110. 4 + 1 + 1 = 6: 6110.", "6110")
+    # a shorter number adds 0 in its missing columns; the last column writes its whole sum
+    assert column_addition_steps("Calculate 8684 + 475.") == (
+        "4 + 5 = 9: 9. 8 + 7 = 15: 59. 6 + 4 + 1 = 11: 159. 8 + 0 + 1 = 9: 9159.", "9159")
+    assert column_addition_steps("Calculate 95 + 7.") == ("5 + 7 = 12: 2. 9 + 0 + 1 = 10: 102.", "102")
+    for no_sum in ("Calculate 4 - 5.", "Calculate 1.5 + 2.", "Calculate 1 + 2 + 3.", "What is 2?"):
+        assert column_addition_steps(no_sum) is None, no_sum
+
+
+def test_addition_worked_solves_what_the_grader_grades_and_a_copied_question_does_not():
+    options = {"tasks": "basic_arithmetic", "min_digits": 4, "max_digits": 4, "min_terms": 2, "max_terms": 2,
+               "operators": "+", "allow_parentheses": False, "allow_negation": False, "answer": "number"}
+    for name, expected in (("addition_worked", 1.0), ("copy_question", 0.0)):
+        env = make_env("math:procedural", seed=0, split="test", **options)
+        act, rng, rewards = DEMONSTRATORS[name].act, random.Random(0), []
+        try:
+            for seed in range(40):
+                question, _ = env.reset(seed=seed)
+                reply = act(question, rng)
+                if name == "addition_worked":  # column sums, ones first, then the answer
+                    assert re.fullmatch(r"(\d \+ \d( \+ 1)? = \d+: \d+\. )+\\boxed\{\d+\}", reply), reply
+                rewards.append(env.step(reply)[1])
+        finally:
+            env.close()
+        assert sum(rewards) / len(rewards) == expected, (name, rewards)
+
+
 def test_arc_rule_finds_the_family_that_fits_every_example():
     from oat_dppo_envs.reasoning_gym import arc_rule
 

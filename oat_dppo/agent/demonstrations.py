@@ -217,6 +217,16 @@ def equation_worked(prompt: str, rng: random.Random) -> str:
     return f"{solved[0]} \\boxed{{{solved[1]}}}" if solved else "\\boxed{0}"
 
 
+def addition_worked(prompt: str, rng: random.Random) -> str:
+    """A sum of two whole numbers added in columns, ones first, before the answer (reasoning-gym's basic_arithmetic
+    with operators=+), e.g. "9 + 1 = 10: 0. 7 + 3 + 1 = 11: 10. ... 4 + 1 + 1 = 6: 6110. \\boxed{6110}";
+    "\\boxed{0}" where the prompt states no such sum."""
+    from oat_dppo_envs.math import column_addition_steps  # noqa: PLC0415
+
+    solved = column_addition_steps(prompt.split("Question:", 1)[-1].split("Please reason", 1)[0])
+    return f"{solved[0]} \\boxed{{{solved[1]}}}" if solved else "\\boxed{0}"
+
+
 def copy_question(prompt: str, rng: random.Random) -> str:
     """The question's last line with an "=" (the equation) in the box, unsolved: a math blind bound that reads the
     question and solves nothing (the grader must not pass it)."""
@@ -296,6 +306,8 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
                                "the commonest label, whatever the trials say (ACRE's blind bound)"),
     "equation_worked": Demonstrator(equation_worked, "math:procedural",
                                     "a linear equation solved step by step (simple_equations), then the answer"),
+    "addition_worked": Demonstrator(addition_worked, "math:procedural",
+                                    "a sum of two numbers added in columns, ones first, then the answer"),
     "copy_question": Demonstrator(copy_question, "math:procedural", "the question's equation, unsolved (blind bound)"),
     "equation_prior": Demonstrator(equation_prior, "math:procedural",
                                    "the commonest answer of equations with values to 10, the question unread "
