@@ -228,6 +228,11 @@ def test_differences_are_paired_by_seed_and_learned_needs_every_margin():
     # seeds that disagree: RL over control by 0.3 on one seed and -0.1 on the other is no lift
     split = summarize([row("rl", 0, 0.6, 0.45, 256), row("rl", 1, 0.2, 0.45, 256)])[0]
     assert learned({**arms, "rl": split}) is False
+    # one seed of RL: a gap of 0.2 at ~6 SE, and still not judged (no seed spread to weigh it against)
+    one_seed = [r for r in rows if not (r["arm"] == "rl" and r["seed"] == "1")]
+    assert learned({a.arm: a for a in summarize(one_seed)}) is None
+    (line,) = comparisons(summarize(one_seed))
+    assert "learned: not judged yet" in line and "learned: yes" not in line
 
 
 def test_the_table_replaces_only_its_block():

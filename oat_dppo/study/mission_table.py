@@ -104,15 +104,19 @@ def difference(a: ArmSummary, b: ArmSummary) -> tuple[float, float]:
 
 
 LEARNED_OVER_BLIND = 0.15  # issue 68: RL at least this far over the best blind bound,
-LEARNED_SE = 2.0  # and above its warm start and its control by more than this many standard errors
+LEARNED_SE = 2.0  # and above its warm start and its control by more than this many standard errors,
+LEARNED_SEEDS = 2  # each paired over at least this many seeds (one seed's gap has no seed spread to weigh)
 
 
 def learned(arms: dict[str, ArmSummary]) -> bool | None:
     """Issue 68's "learned": RL's test mean at least `LEARNED_OVER_BLIND` over the blind bound and above its warm
-    start and its control by more than `LEARNED_SE` standard errors (`difference`); None without those arms."""
+    start and its control by more than `LEARNED_SE` standard errors (`difference`), each paired over at least
+    `LEARNED_SEEDS` seeds; None without those arms or seeds (not judged yet)."""
     if not all(arm in arms for arm in ("rl", "control", "warm_start", "blind")):
         return None
     rl = arms["rl"]
+    if any(len(set(rl.seeds) & set(arms[arm].seeds)) < LEARNED_SEEDS for arm in ("warm_start", "control")):
+        return None
     over = [difference(rl, arms[arm]) for arm in ("warm_start", "control")]
     return rl.mean >= arms["blind"].mean + LEARNED_OVER_BLIND and all(d > LEARNED_SE * se for d, se in over)
 
@@ -147,6 +151,9 @@ def comparisons(summaries: Sequence[ArmSummary]) -> list[str]:
                 said.append(f"{label} {other.mean:.3f}: RL {gap:+.3f}, {gap / se:+.1f} SE paired by seed, {intervals}"
                             if se > 0 else f"{label} {other.mean:.3f}: {intervals}")
         verdict = learned(arms)
+        if verdict is None and all(arm in arms for arm in ("control", "warm_start", "blind")):
+            said.append(f"learned: not judged yet (issue 68's test pairs RL with its warm start and control over "
+                        f"at least {LEARNED_SEEDS} seeds)")
         if verdict is not None:
             said.append(f"learned: {'yes' if verdict else 'no'} (issue 68's test: RL >= blind + {LEARNED_OVER_BLIND}, "
                         f"> {LEARNED_SE:g} paired SE over warm start and control"
