@@ -13,9 +13,9 @@ from oat_dppo.agent.demonstrations import DEMONSTRATORS
 from oat_dppo.envs import make_env
 
 
-def graded(env_id: str, name: str, episodes: int) -> list[tuple[str, str, float]]:
-    """(question, reply, reward) of `name` on the first `episodes` test questions."""
-    env = make_env(env_id, seed=0, split="test")
+def graded(env_id: str, name: str, episodes: int, **options) -> list[tuple[str, str, float]]:
+    """(question, reply, reward) of `name` on the first `episodes` test questions (`options`: the env's)."""
+    env = make_env(env_id, seed=0, split="test", **options)
     act, rng, out = DEMONSTRATORS[name].act, random.Random(0), []
     try:
         for seed in range(episodes):
@@ -77,17 +77,10 @@ def test_equation_worked_solves_what_the_grader_grades_and_the_blind_bounds_do_n
     prior = (0.0, 0.1) if max_value == 100 else (0.025, 0.25)
     for name, (low, high) in (("equation_worked", (0.95, 1.0)), ("copy_question", (0.0, 0.0)),
                               ("equation_prior", prior)):
-        env = make_env(env_id, seed=0, split="test", **options)
-        act, rng, rewards = DEMONSTRATORS[name].act, random.Random(0), []
-        try:
-            for seed in range(40):
-                question, _ = env.reset(seed=seed)
-                reply = act(question, rng)
-                if name == "equation_worked":
-                    assert re.fullmatch(r".+ = .+\. \\boxed\{-?[\d/]+\}", reply), reply  # steps, then the answer
-                rewards.append(env.step(reply)[1])
-        finally:
-            env.close()
+        played = graded(env_id, name, 40, **options)
+        if name == "equation_worked":  # steps, then the answer
+            assert all(re.fullmatch(r".+ = .+\. \\boxed\{-?[\d/]+\}", reply) for _, reply, _ in played), played
+        rewards = [r for _, _, r in played]
         assert low <= sum(rewards) / len(rewards) <= high, (name, rewards)
 
 
@@ -108,18 +101,11 @@ def test_addition_worked_solves_what_the_grader_grades_and_a_copied_question_doe
     options = {"tasks": "basic_arithmetic", "min_digits": 4, "max_digits": 4, "min_terms": 2, "max_terms": 2,
                "operators": "+", "allow_parentheses": False, "allow_negation": False, "answer": "number"}
     for name, expected in (("addition_worked", 1.0), ("copy_question", 0.0)):
-        env = make_env("math:procedural", seed=0, split="test", **options)
-        act, rng, rewards = DEMONSTRATORS[name].act, random.Random(0), []
-        try:
-            for seed in range(40):
-                question, _ = env.reset(seed=seed)
-                reply = act(question, rng)
-                if name == "addition_worked":  # column sums, ones first, then the answer
-                    assert re.fullmatch(r"(\d \+ \d( \+ 1)? = \d+: \d+\. )+\\boxed\{\d+\}", reply), reply
-                rewards.append(env.step(reply)[1])
-        finally:
-            env.close()
-        assert sum(rewards) / len(rewards) == expected, (name, rewards)
+        played = graded("math:procedural", name, 40, **options)
+        if name == "addition_worked":  # column sums, ones first, then the answer
+            column = r"\d \+ \d( \+ 1)? = \d+: \d+\. "
+            assert all(re.fullmatch(rf"({column})+\\boxed\{{\d+\}}", reply) for _, reply, _ in played), played
+        assert [r for _, _, r in played] == [expected] * 40, name
 
 
 def test_arc_rule_finds_the_family_that_fits_every_example():
