@@ -14,7 +14,7 @@ import pytest
 from helpers.child import child_env
 
 from oat_dppo.main import main
-from oat_dppo.study.mission import ARMS, COLUMNS, MissionError, Runner, load, table_row
+from oat_dppo.study.mission import ARMS, COLUMNS, MissionError, Runner, load, same_recorded_mean, table_row
 from oat_dppo.study.mission_table import (MARK_BEGIN, MARK_END, comparisons, difference, learned, replace_block,
                                          separated, summarize)
 
@@ -126,6 +126,20 @@ def test_two_cells_of_one_env_id_need_an_env_label_to_keep_their_rows_apart(tmp_
     assert table_row(b, "rl", 0, {"split": "test", "episodes": 4, "reward_mean": 0.5, "success_rate": 0.5})["env"] \
         == "math:small"
 
+
+
+def test_a_warm_start_made_again_is_its_row_when_the_csv_would_write_the_same_mean(tmp_path):
+    """The study made seed 1's lost warm start again, scored 29/256 = 0.11328125 as before, and warned that RL would
+    start from another policy: it had compared the score with the CSV's 6-decimal 0.113281 to 1e-9."""
+    path = tmp_path / "one.toml"
+    path.write_text('[[cell]]\nname = "a"\nenv = "math:procedural"\nmodel = "m"\nseeds = [0]\n'
+                    'warm_start = [{ warm_start = "demo:equation_worked" }]\nrl = { learning_rate = 1e-4 }\n')
+    (cell,) = load(path).cells
+    evaluation = {"split": "test", "episodes": 256, "reward_mean": 29 / 256, "success_rate": 0.0}
+    row = table_row(cell, "warm_start", 1, evaluation)
+    assert row["mean"] == "0.113281" and same_recorded_mean(row, evaluation)
+    assert not same_recorded_mean(row, {**evaluation, "reward_mean": 30 / 256})
+    assert not same_recorded_mean(row, {**evaluation, "reward_mean": 29 / 256 + 1e-6})
 
 OAT_CELL = """
 [[cell]]

@@ -241,13 +241,24 @@ def append_row(path: Path, row: dict) -> None:
             writer.writerow({k: row.get(k, "") for k in COLUMNS})
 
 
+def csv_number(value: float) -> str:
+    """A number as the CSV holds it: 6 decimals."""
+    return f"{value:.6f}"
+
+
+def same_recorded_mean(recorded: dict, evaluation: dict) -> bool:
+    """Whether a test evaluation's mean is a CSV row's, compared as the CSV writes it: a warm start made again that
+    scores 0.11328125 is the recorded 0.113281."""
+    return recorded["mean"] == csv_number(evaluation["reward_mean"])
+
+
 def table_row(cell: Cell, arm: str, seed: int, evaluation: dict) -> dict:
     """A CSV row from a test evaluation (`RunDir.record_evaluation`'s row)."""
     return {"env": cell.env_label, "model": cell.model, "backend": cell.backend, "arm": arm, "seed": seed,
             "split": evaluation["split"], "episodes": int(evaluation["episodes"]),
-            "mean": f"{evaluation['reward_mean']:.6f}",
-            "solved": f"{evaluation['success_rate']:.6f}" if cell.solved else "",
-            "std": f"{evaluation.get('reward_std', float('nan')):.6f}"}
+            "mean": csv_number(evaluation["reward_mean"]),
+            "solved": csv_number(evaluation["success_rate"]) if cell.solved else "",
+            "std": csv_number(evaluation.get("reward_std", float("nan")))}
 
 
 # ---- the work: runs and evaluations -------------------------------------------------------------------
@@ -387,7 +398,7 @@ class Runner:
             model = str(export)
         row = self._test_row(self._dir(cell, seed, f"warm{len(cell.warm_start)}"))
         recorded = self.rows.get(self._key(cell, "warm_start", seed))
-        if recorded is not None and abs(float(recorded["mean"]) - row["reward_mean"]) > 1e-9:
+        if recorded is not None and not same_recorded_mean(recorded, row):
             self.say(f"warning: {work.key}: the warm start made again scores {row['reward_mean']:.4f} on test, the "
                      f"recorded one {float(recorded['mean']):.4f}: RL starts from another policy than the row's")
         return row
