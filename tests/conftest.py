@@ -32,7 +32,8 @@ ONE_STACK_MODULES = {
     "test_bench_sums_work", "test_bench_trust_region", "test_cli", "test_credit_across_turns", "test_credit_assignment",
     "test_credit_signal", "test_demonstrators_reasoning", "test_engine_precision", "test_gpu_window",
     "test_gradient_noise", "test_lab", "test_main", "test_plot", "test_precheck", "test_reasoning_bounds",
-    "test_study", "test_study_constant_policy", "test_study_significance", "test_warm_start",
+    "test_study", "test_study_constant_policy", "test_study_significance", "test_suites_script",
+    "test_warm_start",
 }
 
 
