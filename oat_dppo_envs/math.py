@@ -168,23 +168,39 @@ def linear_equation_steps(question: str) -> tuple[str, str] | None:
 TWO_TERM_SUM = re.compile(r"(?<![\d.])(?<![-+*/] )(\d+) \+ (\d+)(?!\d|\.\d| [-+*/])")
 
 
-def column_addition_steps(question: str) -> tuple[str, str] | None:
+PLACES = ("ones", "tens", "hundreds", "thousands", "ten-thousands", "hundred-thousands", "millions")
+
+
+def place_name(power: int) -> str:
+    """The name of the column worth 10**power: "ones", "tens", ..., then "10^7"."""
+    return PLACES[power] if power < len(PLACES) else f"10^{power}"
+
+
+def column_addition_steps(question: str, named_places: bool = False) -> tuple[str, str] | None:
     """(the column sums, the answer) of the one sum of two whole numbers the question states, e.g. for "Calculate
     4179 + 1931." ("9 + 1 = 10: 0. 7 + 3 + 1 = 11: 10. 1 + 9 + 1 = 11: 110. 4 + 1 + 1 = 6: 6110.", "6110"); None
     where it states no such sum. Ones first: each column adds its two digits (0 where a number is shorter) and the
     carry, then writes the result so far, the new digit before the last result's digits, so that every token is
-    a one-digit sum or a copy; the last column writes its whole sum."""
+    a one-digit sum or a copy; the last column writes its whole sum.
+
+    named_places: each number is first written by its places, in its own order ("4179 is 4 thousands, 1 hundreds,
+    7 tens, 9 ones."), and each column says which place it adds ("ones: 9 + 1 = 10: 0."), so a column's digits are
+    found by the place's name, not by counting digits from the number's end (the step the policies missed most)."""
     found = TWO_TERM_SUM.findall(question)
     if len(found) != 1:
         return None
     a, b = found[0]
     width = max(len(a), len(b))
-    a, b = a.zfill(width), b.zfill(width)
+    padded = a.zfill(width), b.zfill(width)
     steps, carry, written = [], 0, ""
+    if named_places:
+        steps = [f"{number} is " + ", ".join(f"{digit} {place_name(width - 1 - i)}" for i, digit in enumerate(digits))
+                 + "." for number, digits in zip((a, b), padded)]
     for i in range(width - 1, -1, -1):
-        x, y = int(a[i]), int(b[i])
+        x, y = int(padded[0][i]), int(padded[1][i])
         total = x + y + carry
         written = (str(total) if i == 0 else str(total % 10)) + written
-        steps.append(f"{x} + {y}{' + 1' if carry else ''} = {total}: {written}.")
+        label = f"{place_name(width - 1 - i)}: " if named_places else ""
+        steps.append(f"{label}{x} + {y}{' + 1' if carry else ''} = {total}: {written}.")
         carry = total // 10
     return " ".join(steps), written

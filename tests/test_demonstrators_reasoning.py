@@ -95,16 +95,26 @@ def test_column_addition_steps_by_hand():
     assert column_addition_steps("Calculate 95 + 7.") == ("5 + 7 = 12: 2. 9 + 0 + 1 = 10: 102.", "102")
     for no_sum in ("Calculate 4 - 5.", "Calculate 1.5 + 2.", "Calculate 1 + 2 + 3.", "What is 2?"):
         assert column_addition_steps(no_sum) is None, no_sum
+    # named places: each number by its places first (the shorter one padded with 0), each column named
+    assert column_addition_steps("Calculate 8684 + 475.", named_places=True) == (
+        "8684 is 8 thousands, 6 hundreds, 8 tens, 4 ones. 475 is 0 thousands, 4 hundreds, 7 tens, 5 ones. "
+        "ones: 4 + 5 = 9: 9. tens: 8 + 7 = 15: 59. hundreds: 6 + 4 + 1 = 11: 159. thousands: 8 + 0 + 1 = 9: 9159.",
+        "9159")
+    assert column_addition_steps("Calculate 95 + 7.", named_places=True)[0].startswith("95 is 9 tens, 5 ones. 7 is 0 tens")
+    assert column_addition_steps("Calculate 12345678 + 1.", named_places=True)[0].startswith("12345678 is 1 10^7, 2 millions")
 
 
 def test_addition_worked_solves_what_the_grader_grades_and_a_copied_question_does_not():
     options = {"tasks": "basic_arithmetic", "min_digits": 4, "max_digits": 4, "min_terms": 2, "max_terms": 2,
                "operators": "+", "allow_parentheses": False, "allow_negation": False, "answer": "number"}
-    for name, expected in (("addition_worked", 1.0), ("copy_question", 0.0)):
+    column = r"\d \+ \d( \+ 1)? = \d+: \d+\. "
+    places = r"\d+ is \d [a-z]+(, \d [a-z-]+)*\. "
+    shapes = {"addition_worked": rf"({column})+\\boxed\{{\d+\}}",  # column sums, ones first, then the answer
+              "addition_places": rf"{places}{places}([a-z-]+: {column})+\\boxed\{{\d+\}}"}
+    for name, expected in (("addition_worked", 1.0), ("addition_places", 1.0), ("copy_question", 0.0)):
         played = graded("math:procedural", name, 40, **options)
-        if name == "addition_worked":  # column sums, ones first, then the answer
-            column = r"\d \+ \d( \+ 1)? = \d+: \d+\. "
-            assert all(re.fullmatch(rf"({column})+\\boxed\{{\d+\}}", reply) for _, reply, _ in played), played
+        if name in shapes:
+            assert all(re.fullmatch(shapes[name], reply) for _, reply, _ in played), played
         assert [r for _, _, r in played] == [expected] * 40, name
 
 

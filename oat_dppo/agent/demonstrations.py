@@ -217,13 +217,15 @@ def equation_worked(prompt: str, rng: random.Random) -> str:
     return f"{solved[0]} \\boxed{{{solved[1]}}}" if solved else "\\boxed{0}"
 
 
-def addition_worked(prompt: str, rng: random.Random) -> str:
+def addition_worked(prompt: str, rng: random.Random, named_places: bool = False) -> str:
     """A sum of two whole numbers added in columns, ones first, before the answer (reasoning-gym's basic_arithmetic
     with operators=+), e.g. "9 + 1 = 10: 0. 7 + 3 + 1 = 11: 10. ... 4 + 1 + 1 = 6: 6110. \\boxed{6110}";
-    "\\boxed{0}" where the prompt states no such sum."""
+    "\\boxed{0}" where the prompt states no such sum. named_places: each number by its places first, each column
+    named ("4179 is 4 thousands, ... 9 ones. ... ones: 9 + 1 = 10: 0. ...")."""
     from oat_dppo_envs.math import column_addition_steps  # noqa: PLC0415
 
-    solved = column_addition_steps(prompt.split("Question:", 1)[-1].split("Please reason", 1)[0])
+    question = prompt.split("Question:", 1)[-1].split("Please reason", 1)[0]
+    solved = column_addition_steps(question, named_places=named_places)
     return f"{solved[0]} \\boxed{{{solved[1]}}}" if solved else "\\boxed{0}"
 
 
@@ -308,6 +310,9 @@ DEMONSTRATORS: dict[str, Demonstrator] = {
                                     "a linear equation solved step by step (simple_equations), then the answer"),
     "addition_worked": Demonstrator(addition_worked, "math:procedural",
                                     "a sum of two numbers added in columns, ones first, then the answer"),
+    "addition_places": Demonstrator(lambda prompt, rng: addition_worked(prompt, rng, named_places=True),
+                                    "math:procedural", "addition_worked with each number written by its places "
+                                    "first and each column named"),
     "copy_question": Demonstrator(copy_question, "math:procedural", "the question's equation, unsolved (blind bound)"),
     "equation_prior": Demonstrator(equation_prior, "math:procedural",
                                    "the commonest answer of equations with values to 10, the question unread "
