@@ -103,6 +103,17 @@ def test_the_mission_study_fills_its_table_and_goes_on_where_it_stopped(tmp_path
     assert len((tmp_path / "table.csv").read_text().splitlines()) == len(ARMS) + 1
 
 
+def test_seeds_chooses_whose_work_is_planned_and_a_seed_no_cell_has_is_refused(tmp_path):
+    path = tmp_path / "mission.toml"
+    path.write_text(MISSION.replace("seeds = [0]", "seeds = [0, 1]", 1).format(
+        out=tmp_path / "runs", csv=tmp_path / "table.csv", records=tmp_path / "records"))
+    everything = Runner(load(path), out=open("/dev/null", "w")).plan()
+    assert {w.seed for w in everything} == {0, 1}
+    only_1 = Runner(load(path), out=open("/dev/null", "w"), seeds=(1,)).plan()
+    assert only_1 and [w.key for w in only_1] == [w.key for w in everything if w.seed == 1]
+    with pytest.raises(MissionError, match="no chosen cell has seed 2"):
+        Runner(load(path), seeds=(1, 2))
+
 def test_a_bad_mission_file_names_every_problem(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[table]\nwhat = 1\n[[cell]]\nname = "c"\nenv = "e"\nmodel = "m"\nseeds = [0]\n'

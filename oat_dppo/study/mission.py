@@ -278,14 +278,18 @@ class Work:
 
 class Runner:
     def __init__(self, mission: Mission, *, python: str = sys.executable, out=sys.stdout,
-                 arms: tuple[str, ...] = ARMS, cells: tuple[str, ...] | None = None):
-        self.mission, self.python, self.out, self.arms = mission, python, out, arms
+                 arms: tuple[str, ...] = ARMS, cells: tuple[str, ...] | None = None,
+                 seeds: tuple[int, ...] | None = None):
+        self.mission, self.python, self.out, self.arms, self.seeds = mission, python, out, arms, seeds
         self.by_name = {c.name: c for c in mission.cells}  # an Oat cell's warm_from source, chosen or not
         if cells is not None:
             unknown = set(cells) - {c.name for c in mission.cells}
             if unknown:
                 raise MissionError(f"no cell {', '.join(sorted(unknown))} in {mission.path}")
             mission.cells = [c for c in mission.cells if c.name in cells]
+        unknown_seeds = set(seeds or ()) - {s for c in mission.cells for s in c.seeds}
+        if unknown_seeds:
+            raise MissionError(f"no chosen cell has seed {', '.join(map(str, sorted(unknown_seeds)))}")
         self.rows = {row_key(r): r for r in read_rows(mission.csv)}
         self.done = set(self.rows)
 
@@ -298,8 +302,8 @@ class Runner:
 
     def plan(self) -> list[Work]:
         """Every arm and seed not in the CSV yet, scripted arms first (minutes), then the warm starts, then RL
-        (of the chosen arms; RL brings its warm start along where that is not made yet)."""
-        everything = self._plan()
+        (of the chosen arms and seeds; RL brings its warm start along where that is not made yet)."""
+        everything = [w for w in self._plan() if self.seeds is None or w.seed in self.seeds]
         needed = {a for w in everything if w.arm in self.arms for a in w.after}
         return [w for w in everything if w.arm in self.arms or w.key in needed]
 
@@ -503,6 +507,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default=",".join(ARMS),
                         help=f"only these arms, comma-separated (default: all, {','.join(ARMS)})")
     parser.add_argument("--cells", default=None, help="only these cells (their names), comma-separated")
+    parser.add_argument("--seeds", default=None,
+                        help="only these seeds, comma-separated (a seed's warm start, RL and control fit one session "
+                             "where a cell's every seed does not)")
     parser.add_argument("--report", action="store_true",
                         help="write the table (markdown) and its figure from the CSV; run nothing")
     args = parser.parse_args(argv)
@@ -522,7 +529,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--arms: unknown {', '.join(sorted(set(arms) - set(ARMS)))} (one of {', '.join(ARMS)})", file=sys.stderr)
         return 2
     try:
-        runner = Runner(mission, arms=arms, cells=tuple(args.cells.split(",")) if args.cells else None)
+        seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip()) if args.seeds else None
+    except ValueError:
+        print(f"--seeds: whole numbers, comma-separated (got {args.seeds!r})", file=sys.stderr)
+        return 2
+    try:
+        runner = Runner(mission, arms=arms, cells=tuple(args.cells.split(",")) if args.cells else None, seeds=seeds)
     except MissionError as e:
         print(e, file=sys.stderr)
         return 2
