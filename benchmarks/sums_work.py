@@ -1,4 +1,5 @@
-"""Sums in columns: which step of a worked addition a run's policy gets wrong (`demo:addition_worked`'s format).
+"""Sums in columns: which step of a worked addition a run's policy gets wrong (`demo:addition_worked`'s format, and
+`demo:addition_places`'s, which names each column's place).
 
     python -m benchmarks sums-work RUN_DIR
 
@@ -13,7 +14,9 @@ logged answer, the share of each step done rightly, each judged on what the answ
 * written: w is s's last digit (the whole s in the last column) before the result so far: a copy;
 
 and per answer: form (as many columns as the longer number has, then a box), follows (the box holds the last
-result written) and right (the box holds the sum: what the grader rewards). A reply of random digits gets a
+result written), right (the box holds the sum: what the grader rewards) and places (both numbers written by their
+places as `demo:addition_places` writes them, "4179 is 4 thousands, 1 hundreds, 7 tens, 9 ones."; never for the
+other format, which writes none): places held with digits wrong is a column that did not find its digits by name. A reply of random digits gets a
 column's digits right about 1 time in 100 and its sum 1 in 19; a column step that fails well above that names the
 step the policy has not learned.
 """
@@ -25,19 +28,22 @@ from collections import Counter
 
 from benchmarks.logged import logged_episodes
 from oat_dppo.cli import stdout_may_close
-from oat_dppo_envs.math import TWO_TERM_SUM
+from oat_dppo_envs.math import TWO_TERM_SUM, column_addition_steps
 from oat_dppo.envs.math_data import last_boxed
 
-COLUMN = re.compile(r"(\d) \+ (\d)( \+ 1)? = (\d+): (\d+)\.")
+COLUMN = re.compile(r"(\d) \+ (\d)( \+ 1)? = (\d+): (\d+)\.")  # a place's name may stand before it
 STEPS = ("digits", "carry", "sum", "written")
+ANSWER_PROPERTIES = ("form", "follows", "right", "places")
 
 
 def check(prompt: str, response: str) -> tuple[Counter, dict[str, bool]] | None:
     """({columns, and per step the columns done rightly}, {form, follows, right}) of one answer; None where the
     prompt states no two-term sum."""
-    found = TWO_TERM_SUM.findall(prompt.split("Question:", 1)[-1].split("Please reason", 1)[0])
+    question = prompt.split("Question:", 1)[-1].split("Please reason", 1)[0]
+    found = TWO_TERM_SUM.findall(question)
     if len(found) != 1:
         return None
+    by_place = column_addition_steps(question, named_places=True)[0].split(". ")[:2]  # the two numbers' sentences
     a, b = found[0]
     width = max(len(a), len(b))
     a, b = a.zfill(width), b.zfill(width)
@@ -55,7 +61,8 @@ def check(prompt: str, response: str) -> tuple[Counter, dict[str, bool]] | None:
     boxed = (last_boxed(response) or "").strip()
     held = {"form": len(columns) == width and boxed.isdigit(),
             "follows": bool(columns) and boxed == columns[-1][-1],
-            "right": boxed.isdigit() and int(boxed) == int(a) + int(b)}
+            "right": boxed.isdigit() and int(boxed) == int(a) + int(b),
+            "places": all(sentence.rstrip(".") + "." in response for sentence in by_place)}
     return steps, held
 
 
@@ -84,7 +91,6 @@ def main(argv: list[str]) -> int:
         print("| columns | " + " | ".join(STEPS) + " |\n|---|" + "---|" * len(STEPS))
         print(f"| {steps['columns']} | "
               + " | ".join(f"{steps[s] / max(steps['columns'], 1):.2f}" for s in STEPS) + " |")
-        print("\n| answers | form | follows | right |\n|---|---|---|---|")
-        print(f"| {answers} | " + " | ".join(f"{held[s] / max(answers, 1):.2f}" for s in ("form", "follows", "right"))
-              + " |")
+        print("\n| answers | form | follows | right | places |\n|---|---|---|---|---|")
+        print(f"| {answers} | " + " | ".join(f"{held[s] / max(answers, 1):.2f}" for s in ANSWER_PROPERTIES) + " |")
     return 0
