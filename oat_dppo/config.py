@@ -291,6 +291,13 @@ class TrainConfig:
         "demonstrates or validates on (oat_dppo.envs.splits), the same for every run; recorded in "
         "RUN_DIR/evaluations.jsonl. `python -m oat_dppo.evaluate RUN_DIR --split test` re-scores a saved policy.",
     )
+    reply_effect_turns: int = opt(
+        0,
+        "Score the reply effect (eval/reply_effect) on at most N of an evaluation's turns that follow an informative "
+        "reply: the first N in episode order (0: every such turn). Scoring costs ~1 s a turn with SmolLM2 on one core, "
+        "more than the turn's generation, so a policy that plays every Sudoku turn spends most of its evaluation there; "
+        "the reward metrics always cover every episode.",
+    )
     eval_temperature: float = opt(
         1.0,
         "Sampling temperature of held-out evaluations, on both backends: 1 samples the policy as it is trained "
@@ -460,7 +467,7 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.mini_batch_unit == "turns" and not cfg.micro_batch_tokens and cfg.mini_batch_size % cfg.micro_batch_size:
         raise ConfigError(f"--mini-batch-size {cfg.mini_batch_size} must be a multiple of --micro-batch-size "
                           f"{cfg.micro_batch_size} (every optimizer step accumulates whole micro-batches)")
-    for name in ("eval_every", "eval_episodes", "test_episodes", "save_every", "log_episodes", "threads", "trainable_layers", "lora_rank",
+    for name in ("eval_every", "eval_episodes", "test_episodes", "reply_effect_turns", "save_every", "log_episodes", "threads", "trainable_layers", "lora_rank",
                  "lr_warmup_iterations",
                  "logits_chunk_tokens"):
         if getattr(cfg, name) < 0:

@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-from oat_dppo.agent.reply_effect import Case, reply_effect
+from oat_dppo.agent.reply_effect import Case, reply_effect, scored
 from oat_dppo.envs import make_env
 from oat_dppo.main import main
 
@@ -108,14 +108,36 @@ def test_the_effect_is_the_shift_of_the_favoured_moves_probability():
     assert np.isnan(reply_effect(Fixed([1, 0, 0], [1, 0, 0]), []))
 
 
-def test_a_tiny_local_run_reports_the_reply_effect_at_evaluation(tmp_path):
+def test_at_most_max_turns_cases_are_scored_the_first_in_episode_order():
+    """--reply-effect-turns N: the effect of the first N cases, scored alone (the scorer sees only their prompts);
+    0 scores every case; no case, no scorer and no keys."""
+    cases = [Case(f"real {i}", f"changed {i}", ("0", "1"), (True, False)) for i in range(5)]
+    seen: list[str] = []
+
+    class Reader:  # favours move 0 after case i's real reply with probability (i + 1) / 10
+        def move_probs(self, prompts, moves):
+            seen.extend(prompts)
+            return np.array([[p, 1 - p] for p in ((int(q.split()[1]) + 1) / 10 if q.startswith("real") else 0.0
+                                                   for q in prompts)])
+
+    out = scored(cases, Reader, max_turns=2)
+    assert out == {"reply_effect": pytest.approx((0.1 + 0.2) / 2), "reply_effect_turns": 2.0}
+    assert sorted(seen) == ["changed 0", "changed 1", "real 0", "real 1"]
+    assert scored(cases, Reader, max_turns=0) == {"reply_effect": pytest.approx(0.3), "reply_effect_turns": 5.0}
+    assert scored(cases, Reader, max_turns=9)["reply_effect_turns"] == 5.0
+    assert scored([], lambda: pytest.fail("no case: no scorer"), max_turns=2) == {}
+
+
+@pytest.mark.parametrize("max_turns", [0, 3])
+def test_a_tiny_local_run_reports_the_reply_effect_at_evaluation(tmp_path, max_turns):
     run_dir = tmp_path / "run"
     assert main(["--env", "smoke:hidden_digit", "--model", "tiny-qwen3", "--engine", "hf", "--threads", "1",
                  "--template", "none", "--max-new-tokens", "2", "--iterations", "1", "--episodes-per-iteration", "8",
                  "--mini-batch-size", "8", "--micro-batch-size", "8", "--eval-every", "1", "--eval-episodes", "16",
+                 "--reply-effect-turns", str(max_turns),
                  "--env-option", "guess=any_char", "--log", "none", "--no-progress", "--run-dir", str(run_dir)]) == 0
     row = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
-    assert row["eval/reply_effect_turns"] > 0
+    assert row["eval/reply_effect_turns"] > 3 if max_turns == 0 else row["eval/reply_effect_turns"] == 3
     assert -1.0 <= row["eval/reply_effect"] <= 1.0
     assert abs(row["eval/reply_effect"]) < 0.2  # an untrained random model barely reads anything
     assert "rollout/hint_direction_agreement" in row and "rollout/feedback_follow_rate" not in row

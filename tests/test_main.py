@@ -201,6 +201,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--trust-region", "ppo_clip", "--delta", "0.2"], ["does not take 'delta'"]),
         (["--delta", "-1"], ["delta must be >= 0"]),
         (["--logits-chunk-tokens", "-1"], ["--logits-chunk-tokens must be >= 0"]),
+        (["--reply-effect-turns", "-1"], ["--reply-effect-turns must be >= 0"]),
         pytest.param(["--backend", "oat"], ["--backend oat needs", "docs/oat.md"],
                      marks=pytest.mark.skipif(not missing_packages(), reason="Oat's stack is installed here (.venv-oat)")),
         (["--env", "math"], ["--math-data"]),

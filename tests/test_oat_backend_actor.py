@@ -319,7 +319,8 @@ def test_actor_episodes_train_the_learner_end_to_end(tok, model):
     assert any(float((p.detach() - before[n]).abs().max()) > 0 for n, p in policy.named_parameters())
 
 
-def test_actor_evaluation_hands_the_learner_the_reply_effect_cases_it_scores(tok, model):
+@pytest.mark.parametrize("reply_effect_turns", [0, 2])
+def test_actor_evaluation_hands_the_learner_the_reply_effect_cases_it_scores(tok, model, reply_effect_turns):
     """The Oat actor plays the held-out episodes and returns their reply-effect cases; the learner scores them
     with its own model (the weights the actor's vLLM holds after a sync), as the local backend does: the same
     number, where vLLM's prompt log-probs would have cost a whole prompt's forward per scored move."""
@@ -335,14 +336,16 @@ def test_actor_evaluation_hands_the_learner_the_reply_effect_cases_it_scores(tok
             notify_eval_start = notify_eval_done = staticmethod(lambda *a: mock.Mock(result=lambda: None))
 
     learner = H.make_stock_learner(args=dppo_args(env="smoke:hidden_digit", env_option=["guess=any_char"],
-                                                  response_prefix="", max_turns=4, eval_episodes=6),
+                                                  response_prefix="", max_turns=4, eval_episodes=6,
+                                                  reply_effect_turns=reply_effect_turns),
                                    learner_cls=DPPOLearner, model=copy.deepcopy(model), tokenizer=tok)
     learner.actors, learner._same_actor_group = [Actor()], None
     learner.strategy.args.learner_gpus_per_group, learner.pi_beta_lags_behind = 1, False  # set by Oat's program
     with H.single_process_group():
         out = learner.evaluate(None, 0)
-    assert out["eval/reply_effect"] == pytest.approx(reply_effect(ModelMovePolicy(model, tok), cases), abs=1e-6)
-    assert out["eval/reply_effect_turns"] == len(cases) and out["eval/episodes"] == 6.0
+    kept = cases[:reply_effect_turns] if reply_effect_turns else cases  # --reply-effect-turns: the first N
+    assert len(cases) > 2 and out["eval/reply_effect_turns"] == len(kept) and out["eval/episodes"] == 6.0
+    assert out["eval/reply_effect"] == pytest.approx(reply_effect(ModelMovePolicy(model, tok), kept), abs=1e-6)
     # the actor's vLLM gives the learner's log-probs (here the stand-in's, from the same tiny model)
     c = cases[0]
     actor.llm.collective_rpc = lambda *a, **k: ["digest"]  # the stand-in's worker holds no named parameters

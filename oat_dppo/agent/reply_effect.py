@@ -88,17 +88,21 @@ def cases_from_episodes(episodes: Sequence[Episode]) -> list[Case]:
     return out
 
 
-def held_out_metrics(episodes: Sequence[Episode], move_policy: Callable[[], "MovePolicy"]) -> dict[str, float]:
+def held_out_metrics(episodes: Sequence[Episode], move_policy: Callable[[], "MovePolicy"], *,
+                     max_turns: int = 0) -> dict[str, float]:
     """An evaluation's metrics, on both backends: `episode_metrics`, and the reply effect (with the turns it
     scored) where the env declares how its replies change; `move_policy()` builds the scorer only then."""
     from oat_dppo.agent.metrics import episode_metrics  # noqa: PLC0415 (metrics imports nothing of this)
 
     cases = cases_from_episodes(episodes)
-    return {**episode_metrics(episodes), **scored(cases, move_policy)}
+    return {**episode_metrics(episodes), **scored(cases, move_policy, max_turns=max_turns)}
 
 
-def scored(cases: Sequence[Case], move_policy: Callable[[], "MovePolicy"]) -> dict[str, float]:
-    """`reply_effect` and `reply_effect_turns` of `cases` (nothing without cases: no scorer is built)."""
+def scored(cases: Sequence[Case], move_policy: Callable[[], "MovePolicy"], *, max_turns: int = 0) -> dict[str, float]:
+    """`reply_effect` and `reply_effect_turns` (the turns scored) of `cases`, or of the first `max_turns` of them
+    where it is > 0 (`--reply-effect-turns`: cases come in episode order, so these are the first episodes' turns);
+    nothing without cases (no scorer is built)."""
+    cases = cases[:max_turns] if max_turns > 0 else cases
     return {"reply_effect": reply_effect(move_policy(), cases), "reply_effect_turns": float(len(cases))} if cases else {}
 
 

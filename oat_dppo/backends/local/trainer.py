@@ -594,7 +594,7 @@ class LocalTrainer:
             temperature=self.cfg.eval_temperature,
         )
         scorer = lambda: ModelMovePolicy(self.model, self.tokenizer, self.cfg.response_prefix)  # noqa: E731
-        held_out = held_out_metrics(episodes, scorer)
+        held_out = held_out_metrics(episodes, scorer, max_turns=self.cfg.reply_effect_turns)
         out = {f"{prefix}/{k}": v for k, v in held_out.items()}
         self._phase = "log"
         out[f"{prefix}/env_errors"] = stats.env_errors

@@ -367,6 +367,7 @@ class DPPOLearner(PPOLearner):
         result, cases = shared
         # Every rank runs the scorer's forwards (ZeRO-3 gathers need all) with the weights the actors sample from.
         result.update(scored(cases, lambda: ModelMovePolicy(hf_policy(self.model), self.tokenizer,
-                                                            self.args.response_prefix)))
+                                                            self.args.response_prefix),
+                             max_turns=self.args.reply_effect_turns))
         self._post_evaluate()
         return {k: float(v) for k, v in result.items()}
