@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import subprocess
+import re
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -280,3 +284,26 @@ def test_the_figure_wraps_its_cells_into_rows_of_four(tmp_path):
         width, height = image.size
     assert FIGURE_COLUMNS == 4 and width < 2000 and height > width / 3  # 2 rows of 4, not 1 row of 5
 
+
+
+def test_progress_lines_from_runs_finishing_at_once_stay_whole(tmp_path):
+    """Two runs finish on two threads; `print` writes a line's text and its newline apart, so without the
+    runner's lock two lines could share one ("start a/rl/s0[00:45:11] start a/control/s0")."""
+    path = tmp_path / "mission.toml"
+    path.write_text(MISSION.format(out=tmp_path / "runs", csv=tmp_path / "table.csv", records=tmp_path / "records"))
+
+    class Slow(io.StringIO):  # each write lets the other thread in
+        def write(self, s):
+            time.sleep(0.001)
+            return super().write(s)
+
+    out = Slow()
+    runner = Runner(load(path), out=out)
+    threads = [threading.Thread(target=lambda n=n: [runner.say(f"run {n} line {i}") for i in range(40)])
+               for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 80 and all(re.fullmatch(r"\[\d\d:\d\d:\d\d\] run \d line \d+", x) for x in lines)

@@ -228,6 +228,7 @@ def row_key(row: dict) -> tuple:
 
 
 _CSV_LOCK = threading.Lock()
+_SAY_LOCK = threading.Lock()
 
 
 def append_row(path: Path, row: dict) -> None:
@@ -294,7 +295,8 @@ class Runner:
         self.done = set(self.rows)
 
     def say(self, text: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=self.out, flush=True)
+        with _SAY_LOCK:  # runs finish on their own threads: print writes the text and its newline apart
+            print(f"[{time.strftime('%H:%M:%S')}] {text}", file=self.out, flush=True)
 
     # -- plan --------------------------------------------------------------------------------------
     def _key(self, cell: Cell, arm: str, seed: int) -> tuple:
