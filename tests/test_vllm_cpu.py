@@ -199,6 +199,22 @@ def test_prefix_cache_reset_matters_for_prompts_that_share_a_long_prefix(smol, s
     assert reset["max"] < EXACT, reset
 
 
+def test_a_groups_samples_reuse_their_prompts_whole_kv_blocks_within_one_call(smol, smol_fp32):
+    """A group's samples go to vLLM as copies of one prompt in one call. With the prefix cache and the CPU
+    engine's 32-token blocks, every copy after the first reuses the prompt's whole blocks (all but the last
+    token, which vLLM computes again); only the tail past the last whole block is prefilled again. Measured
+    2026-12-08: 0, 32, 32, 32 cached tokens for a group of a 54-token prompt. With 128-token blocks (vLLM-CPU's
+    default) these short prompts would share nothing."""
+    _, tok = smol
+    prompts = [p * 3 for p in sample_prompts(tok, 4) for _ in range(4)]  # 4 groups of 4, several blocks each
+    assert min(map(len, prompts)) > V.CPU_BLOCK_SIZE
+    smol_fp32.llm.reset_prefix_cache()
+    outs = smol_fp32._generate(*smol_fp32.engine.requests(prompts, 2, seed=3))  # what generate sends
+    for g in range(0, len(prompts), 4):
+        shared = (len(prompts[g]) - 1) // V.CPU_BLOCK_SIZE * V.CPU_BLOCK_SIZE
+        assert [o.num_cached_tokens for o in outs[g: g + 4]] == [0, shared, shared, shared], g
+
+
 def test_a_rollout_larger_than_one_prefill_step_samples_with_seeds(smol, smol_fp32):
     """More prompt tokens than one scheduler step takes (4,096): vLLM-CPU 0.32 with chunked prefill
     crashed here ("CPU Generator does not use offset"), seeded requests being what the agent loop sends."""
